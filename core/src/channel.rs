@@ -1,0 +1,111 @@
+//! Channels: the buffers between sources and sinks, with put and take transactions.
+//!
+//! A source hands a batch to a channel in one **put**: all of it is stored, or none of it. A
+//! sink runner **takes** a batch in a [`TakeTransaction`], delivers it, and then commits (the
+//! events are gone from the channel) or rolls back (they are taken again, in the same order).
+//! A channel is bounded: `put` waits while there is no room, which is how backpressure reaches
+//! the sources.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::ack::Acknowledgement;
+use crate::checkpoint::Checkpoint;
+use crate::event::Event;
+
+/// One batch offered to a channel by a source.
+#[derive(Debug)]
+pub struct PutBatch {
+    /// Name of the source that produced the batch (the key of its checkpoint).
+    pub source: String,
+    /// The events, in order.
+    pub events: Vec<Event>,
+    /// Where the source resumes once this batch is safe. A durable channel commits it in the
+    /// same transaction as the events; other channels ignore it.
+    pub checkpoint: Option<Checkpoint>,
+    /// Delivery tracking for non-durable channels: call
+    /// [`Acknowledgement::delivered`] when the events are committed by a take.
+    pub ack: Option<Acknowledgement>,
+}
+
+/// Errors of channel operations.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    /// No room for the batch right now (only from [`Channel::try_put`]).
+    #[error("channel `{channel}` is full")]
+    Full {
+        /// Channel name.
+        channel: String,
+    },
+    /// The batch can never fit: more events than `transaction_capacity` or more bytes than
+    /// `byte_capacity`.
+    #[error("channel `{channel}`: batch of {events} events ({bytes} bytes) exceeds {limit}")]
+    BatchTooLarge {
+        /// Channel name.
+        channel: String,
+        /// Events in the batch.
+        events: usize,
+        /// Bytes in the batch.
+        bytes: usize,
+        /// Which limit, e.g. `transaction_capacity 100`.
+        limit: String,
+    },
+    /// The channel's storage failed (disk full, I/O error, ...).
+    #[error("channel `{channel}`: {message}")]
+    Storage {
+        /// Channel name.
+        channel: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// A buffer between sources and sinks.
+///
+/// Implementations must keep order: events come out of `take` in the order they were put,
+/// and a rolled-back take returns its events to the front.
+#[async_trait]
+pub trait Channel: Send + Sync + 'static {
+    /// The channel's name from the configuration.
+    fn name(&self) -> &str;
+    /// Stores a whole batch, waiting while there is no room.
+    async fn put(&self, batch: PutBatch) -> Result<(), ChannelError>;
+    /// Stores a whole batch if there is room now, or fails with [`ChannelError::Full`].
+    async fn try_put(&self, batch: PutBatch) -> Result<(), ChannelError>;
+    /// Takes up to `max` events, waiting at most `wait` for the first one. The transaction
+    /// may be empty.
+    async fn take(
+        &self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Box<dyn TakeTransaction>, ChannelError>;
+    /// Most events one put or take may carry.
+    fn transaction_capacity(&self) -> usize;
+    /// Whether a put commits the source checkpoint together with the events.
+    fn is_durable(&self) -> bool;
+    /// Events stored now, including those held by open take transactions.
+    fn len(&self) -> usize;
+    /// Whether the channel holds no events at all.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Most events the channel holds.
+    fn capacity(&self) -> usize;
+}
+
+/// Events taken from a channel, to be committed after delivery or rolled back.
+#[async_trait]
+pub trait TakeTransaction: Send {
+    /// The events taken, in channel order.
+    fn events(&self) -> &[Event];
+    /// Stable, increasing sequence numbers of the events, one per event, when the channel is
+    /// durable; sinks with exactly-once delivery record them to skip what they delivered.
+    fn sequences(&self) -> Option<&[u64]> {
+        None
+    }
+    /// Removes the events from the channel for good.
+    async fn commit(self: Box<Self>) -> Result<(), ChannelError>;
+    /// Returns the events to the front of the channel.
+    async fn rollback(self: Box<Self>) -> Result<(), ChannelError>;
+}

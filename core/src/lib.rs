@@ -1,0 +1,40 @@
+//! The plugin API of the agent.
+//!
+//! Everything that moves data implements one of four traits:
+//!
+//! - [`Source`]: reads events and hands them, batch by batch, to [`SourceContext::send`];
+//! - [`Channel`]: buffers events between sources and sinks, with put and take transactions;
+//! - [`Sink`]: delivers batches taken from a channel;
+//! - [`Interceptor`]: rewrites batches between a source and its channels.
+//!
+//! Components are created by factories registered by type name in a [`Registry`]; a factory
+//! parses its options with [`ComponentConfig::parse`]. The agent's runtime wires them as the
+//! YAML topology says, runs one task per source and per sink, and applies the delivery rule:
+//! progress is committed in the same transaction as the data, in whatever store receives it
+//! (see [`checkpoint`] and [`ack`]).
+
+pub mod ack;
+pub mod channel;
+pub mod checkpoint;
+pub mod config;
+pub mod event;
+pub mod interceptor;
+pub mod metrics;
+pub mod registry;
+pub mod shutdown;
+pub mod sink;
+pub mod source;
+
+pub use ack::{AckTracker, Acknowledgement};
+pub use async_trait::async_trait;
+pub use bytes::Bytes;
+pub use channel::{Channel, ChannelError, PutBatch, TakeTransaction};
+pub use checkpoint::{Checkpoint, CheckpointStore, CheckpointStoreError, MemoryCheckpointStore};
+pub use config::{ComponentConfig, ComponentKind, ConfigError};
+pub use event::{Event, Headers};
+pub use interceptor::Interceptor;
+pub use metrics::{ComponentMetrics, Counter};
+pub use registry::Registry;
+pub use shutdown::Shutdown;
+pub use sink::{Sink, SinkBatch, SinkContext, SinkError};
+pub use source::{Source, SourceContext, SourceError};

@@ -1,0 +1,235 @@
+//! Sources: read events from somewhere and hand them to their channels.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::ack::AckTracker;
+use crate::channel::{Channel, ChannelError, PutBatch};
+use crate::checkpoint::{Checkpoint, CheckpointStore, CheckpointStoreError};
+use crate::event::Event;
+use crate::interceptor::Interceptor;
+use crate::metrics::{ComponentMetrics, Counter};
+use crate::shutdown::Shutdown;
+
+/// What ends a source's `run` with a failure. The runtime logs it and restarts the source
+/// after a backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// An I/O error while reading input.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the source was doing, e.g. `binding 127.0.0.1:44444`.
+        context: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A channel refused a batch for good.
+    #[error(transparent)]
+    Channel(#[from] ChannelError),
+    /// Anything else, described.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl SourceError {
+    /// An I/O error with what the source was doing.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Self::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// A producer of events.
+///
+/// `run` reads until its input ends or [`SourceContext::shutdown`] fires, handing batches to
+/// [`SourceContext::send`]. It must not acknowledge anything to its own client (an `OK`, an HTTP
+/// 200, a file position) before `send` returned `Ok`.
+///
+/// ```
+/// use ferry_core::{async_trait, Event, Source, SourceContext, SourceError};
+/// struct Hello;
+/// #[async_trait]
+/// impl Source for Hello {
+///     async fn run(self: Box<Self>, ctx: SourceContext) -> Result<(), SourceError> {
+///         ctx.send(vec![Event::from_body("hello")], None).await?;
+///         Ok(())
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait Source: Send + 'static {
+    /// The most events this source puts in one batch, if it knows; validated against the
+    /// `transaction_capacity` of its channels before anything starts.
+    fn max_batch_size(&self) -> Option<usize> {
+        None
+    }
+    /// Reads and sends events until the input ends or shutdown is signalled.
+    async fn run(self: Box<Self>, ctx: SourceContext) -> Result<(), SourceError>;
+}
+
+/// What a source uses to deliver its batches: interceptors, replicating fan-out to every
+/// channel it is bound to, checkpoints and the shutdown signal. Cheap to clone.
+#[derive(Clone)]
+pub struct SourceContext(Arc<Inner>);
+
+struct Inner {
+    name: String,
+    channels: Vec<Arc<dyn Channel>>,
+    interceptors: Vec<Arc<dyn Interceptor>>,
+    shutdown: Shutdown,
+    resume: Option<Checkpoint>,
+    /// Present when at least one channel is not durable: checkpoints then wait for delivery.
+    tracker: Option<Arc<AckTracker>>,
+    metrics: ComponentMetrics,
+    received: Counter,
+    accepted: Counter,
+    batches_received: Counter,
+    batches_accepted: Counter,
+}
+
+impl std::fmt::Debug for SourceContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceContext")
+            .field("name", &self.0.name)
+            .finish()
+    }
+}
+
+impl SourceContext {
+    /// Wires a source named `name` to its channels; loads its checkpoint from `store`.
+    pub fn new(
+        name: impl Into<String>,
+        channels: Vec<Arc<dyn Channel>>,
+        interceptors: Vec<Arc<dyn Interceptor>>,
+        shutdown: Shutdown,
+        store: Arc<dyn CheckpointStore>,
+    ) -> Result<Self, CheckpointStoreError> {
+        let name = name.into();
+        let resume = store.load(&name)?;
+        let tracker = channels
+            .iter()
+            .any(|c| !c.is_durable())
+            .then(|| AckTracker::new(name.clone(), store));
+        let metrics = ComponentMetrics::new("source", name.clone());
+        Ok(Self(Arc::new(Inner {
+            received: metrics.counter("EventReceivedCount"),
+            accepted: metrics.counter("EventAcceptedCount"),
+            batches_received: metrics.counter("AppendBatchReceivedCount"),
+            batches_accepted: metrics.counter("AppendBatchAcceptedCount"),
+            name,
+            channels,
+            interceptors,
+            shutdown,
+            resume,
+            tracker,
+            metrics,
+        })))
+    }
+
+    /// The source's name from the configuration.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The checkpoint to resume from, saved by an earlier run.
+    pub fn checkpoint(&self) -> Option<&Checkpoint> {
+        self.0.resume.as_ref()
+    }
+
+    /// The shutdown signal: stop reading when it fires.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.0.shutdown
+    }
+
+    /// The source's counters (`EventReceivedCount`, ... and any of its own).
+    pub fn metrics(&self) -> &ComponentMetrics {
+        &self.0.metrics
+    }
+
+    /// The channels this source writes to.
+    pub fn channels(&self) -> &[Arc<dyn Channel>] {
+        &self.0.channels
+    }
+
+    /// Puts a batch into every channel, waiting while a channel is full. Returns once every
+    /// channel committed it; only then may the source acknowledge the events to its client.
+    /// `checkpoint` is where the source resumes once this batch is safe.
+    pub async fn send(
+        &self,
+        events: Vec<Event>,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<(), ChannelError> {
+        self.put(events, checkpoint, false).await
+    }
+
+    /// Like [`send`](Self::send), but fails with [`ChannelError::Full`] instead of waiting
+    /// when the first channel has no room (an HTTP source answers 503).
+    pub async fn try_send(
+        &self,
+        events: Vec<Event>,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<(), ChannelError> {
+        self.put(events, checkpoint, true).await
+    }
+
+    async fn put(
+        &self,
+        events: Vec<Event>,
+        checkpoint: Option<Checkpoint>,
+        try_first: bool,
+    ) -> Result<(), ChannelError> {
+        let inner = &*self.0;
+        inner.received.add(events.len() as u64);
+        inner.batches_received.inc();
+        let mut events = events;
+        for interceptor in &inner.interceptors {
+            events = interceptor.intercept(events);
+        }
+        let n = events.len();
+        let volatile = inner.channels.iter().filter(|c| !c.is_durable()).count();
+        // With any non-durable channel the checkpoint travels only through acknowledgements:
+        // committing it with a durable put could move it past events still in memory.
+        let (ack, durable_checkpoint) = match &inner.tracker {
+            Some(tracker) => (Some(tracker.begin(n, volatile, checkpoint)), None),
+            None => (None, checkpoint),
+        };
+        let last = inner.channels.len().saturating_sub(1);
+        let mut events = Some(events);
+        for (i, channel) in inner.channels.iter().enumerate() {
+            let batch_events = if i == last {
+                events.take().unwrap_or_default()
+            } else {
+                events.clone().unwrap_or_default()
+            };
+            let batch = PutBatch {
+                source: inner.name.clone(),
+                events: batch_events,
+                checkpoint: durable_checkpoint.clone(),
+                ack: (!channel.is_durable()).then(|| ack.clone()).flatten(),
+            };
+            let result = if try_first && i == 0 {
+                channel.try_put(batch).await
+            } else {
+                channel.put(batch).await
+            };
+            if let Err(error) = result {
+                // Release the copies that will never be delivered, so that this batch does
+                // not hold back the checkpoints of batches sent after it.
+                if let Some(ack) = &ack {
+                    let outstanding = inner.channels[i..]
+                        .iter()
+                        .filter(|c| !c.is_durable())
+                        .count();
+                    ack.failed(outstanding * n);
+                }
+                return Err(error);
+            }
+        }
+        inner.accepted.add(n as u64);
+        inner.batches_accepted.inc();
+        Ok(())
+    }
+}
