@@ -116,7 +116,7 @@ impl ComponentConfig {
     ///
     /// ```
     /// use ferry_core::config::{ComponentConfig, ComponentKind};
-    /// #[derive(serde::Deserialize)]
+    /// #[derive(Debug, serde::Deserialize)]
     /// #[serde(deny_unknown_fields)]
     /// struct Options { port: u16 }
     /// let cfg = ComponentConfig::from_yaml(ComponentKind::Source, "in", "netcat", "port: 80").unwrap();
