@@ -155,10 +155,10 @@ impl AckTracker {
             }
             latest
         };
-        if let Some(checkpoint) = to_save {
-            if let Err(error) = self.store.save(&self.source, &checkpoint) {
-                tracing::error!(source = %self.source, %error, "could not save checkpoint");
-            }
+        if let Some(checkpoint) = to_save
+            && let Err(error) = self.store.save(&self.source, &checkpoint)
+        {
+            tracing::error!(source = %self.source, %error, "could not save checkpoint");
         }
     }
 
@@ -183,11 +183,18 @@ mod tests {
         let first = tracker.begin(2, 1, Some(Checkpoint::new(b"1".to_vec())));
         let second = tracker.begin(1, 1, Some(Checkpoint::new(b"2".to_vec())));
         second.delivered(1);
-        assert_eq!(store.load("src").unwrap(), None, "batch 1 is still in flight");
+        assert_eq!(
+            store.load("src").unwrap(),
+            None,
+            "batch 1 is still in flight"
+        );
         first.delivered(1);
         assert_eq!(store.load("src").unwrap(), None);
         first.delivered(1);
-        assert_eq!(store.load("src").unwrap(), Some(Checkpoint::new(b"2".to_vec())));
+        assert_eq!(
+            store.load("src").unwrap(),
+            Some(Checkpoint::new(b"2".to_vec()))
+        );
         assert_eq!(tracker.in_flight(), 0);
     }
 
@@ -199,7 +206,10 @@ mod tests {
         let bad = tracker.begin(1, 1, Some(Checkpoint::new(b"2".to_vec())));
         ok.delivered(1);
         bad.failed(1);
-        assert_eq!(store.load("src").unwrap(), Some(Checkpoint::new(b"1".to_vec())));
+        assert_eq!(
+            store.load("src").unwrap(),
+            Some(Checkpoint::new(b"1".to_vec()))
+        );
         assert_eq!(tracker.in_flight(), 0);
     }
 
@@ -210,8 +220,15 @@ mod tests {
         let ack = tracker.begin(3, 2, Some(Checkpoint::new(b"x".to_vec())));
         let entries: Vec<Option<Acknowledgement>> = (0..3).map(|_| Some(ack.clone())).collect();
         Acknowledgement::delivered_all(&entries);
-        assert_eq!(store.load("src").unwrap(), None, "second channel not delivered");
+        assert_eq!(
+            store.load("src").unwrap(),
+            None,
+            "second channel not delivered"
+        );
         Acknowledgement::delivered_all(&entries);
-        assert_eq!(store.load("src").unwrap(), Some(Checkpoint::new(b"x".to_vec())));
+        assert_eq!(
+            store.load("src").unwrap(),
+            Some(Checkpoint::new(b"x".to_vec()))
+        );
     }
 }

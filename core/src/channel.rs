@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use crate::ack::Acknowledgement;
 use crate::checkpoint::Checkpoint;
 use crate::event::Event;
+use crate::metrics::ComponentMetrics;
 
 /// One batch offered to a channel by a source.
 #[derive(Debug)]
@@ -92,6 +93,10 @@ pub trait Channel: Send + Sync + 'static {
     }
     /// Most events the channel holds.
     fn capacity(&self) -> usize;
+    /// The channel's counters (`ChannelSize`, `EventPutSuccessCount`, ...), if it keeps any.
+    fn metrics(&self) -> Option<&ComponentMetrics> {
+        None
+    }
 }
 
 /// Events taken from a channel, to be committed after delivery or rolled back.

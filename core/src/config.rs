@@ -244,7 +244,10 @@ pub fn unknown_name_message<'a>(
             if list.is_empty() {
                 format!("unknown {what} `{name}`")
             } else {
-                format!("unknown {what} `{name}`, expected one of {}", list.join(", "))
+                format!(
+                    "unknown {what} `{name}`, expected one of {}",
+                    list.join(", ")
+                )
             }
         }
     }

@@ -54,7 +54,10 @@ impl std::fmt::Debug for Registry {
             .field("sources", &self.sources.keys().collect::<Vec<_>>())
             .field("channels", &self.channels.keys().collect::<Vec<_>>())
             .field("sinks", &self.sinks.keys().collect::<Vec<_>>())
-            .field("interceptors", &self.interceptors.keys().collect::<Vec<_>>())
+            .field(
+                "interceptors",
+                &self.interceptors.keys().collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -95,10 +98,7 @@ impl Registry {
     pub fn register_sink(
         &mut self,
         name: &str,
-        factory: impl Fn(&ComponentConfig) -> Result<Box<dyn Sink>, ConfigError>
-        + Send
-        + Sync
-        + 'static,
+        factory: impl Fn(&ComponentConfig) -> Result<Box<dyn Sink>, ConfigError> + Send + Sync + 'static,
     ) -> &mut Self {
         self.sinks.insert(name.to_owned(), Arc::new(factory));
         self
