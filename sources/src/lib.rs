@@ -1,1 +1,93 @@
-//! sources
+//! Built-in sources and interceptors.
+//!
+//! | type      | module                 | Flume counterpart        |
+//! |-----------|------------------------|--------------------------|
+//! | `seq`     | [`seq`]                | `SequenceGeneratorSource`|
+//! | `netcat`  | [`netcat`]             | `NetcatSource`           |
+//! | `exec`    | [`exec`]               | `ExecSource`             |
+//! | `http`    | [`http`]               | `HTTPSource` + `JSONHandler` |
+//! | `stdin`   | [`stdin`]              | (none)                   |
+//!
+//! Interceptors (`timestamp`, `host`, `static`) live in [`interceptors`].
+//!
+//! Every source follows the rule of the plugin API: nothing is acknowledged to a client (an
+//! `OK` line, an HTTP 200) before [`SourceContext::send`](ferry_core::SourceContext::send)
+//! returned `Ok`.
+
+use ferry_core::Registry;
+
+pub mod exec;
+pub mod http;
+pub mod interceptors;
+mod lines;
+pub mod netcat;
+pub mod seq;
+pub mod stdin;
+
+#[cfg(test)]
+mod test_channel;
+
+/// Registers every built-in source and interceptor under its type name.
+pub fn register(registry: &mut Registry) {
+    registry
+        .register_source("seq", |cfg| Ok(Box::new(seq::SeqSource::build(cfg)?)))
+        .register_source("netcat", |cfg| {
+            Ok(Box::new(netcat::NetcatSource::build(cfg)?))
+        })
+        .register_source("exec", |cfg| Ok(Box::new(exec::ExecSource::build(cfg)?)))
+        .register_source("http", |cfg| Ok(Box::new(http::HttpSource::build(cfg)?)))
+        .register_source("stdin", |cfg| Ok(Box::new(stdin::StdinSource::build(cfg)?)));
+    interceptors::register(registry);
+}
+
+/// The most events one put may carry into every channel of `ctx`: the smallest
+/// `transaction_capacity` of its channels.
+fn transaction_capacity(ctx: &ferry_core::SourceContext) -> usize {
+    ctx.channels()
+        .iter()
+        .map(|c| c.transaction_capacity())
+        .min()
+        .unwrap_or(usize::MAX)
+        .max(1)
+}
+
+/// Splits `items` into runs of at most `size`, in order, without copying the items.
+fn chunks<T>(mut items: Vec<T>, size: usize) -> Vec<Vec<T>> {
+    if items.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(items.len().div_ceil(size));
+    while items.len() > size {
+        let rest = items.split_off(size);
+        out.push(std::mem::replace(&mut items, rest));
+    }
+    out.push(items);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_core::config::ComponentKind;
+
+    #[test]
+    fn registers_every_type_name() {
+        let mut registry = Registry::new();
+        register(&mut registry);
+        assert_eq!(
+            registry.type_names(ComponentKind::Source),
+            vec!["exec", "http", "netcat", "seq", "stdin"]
+        );
+        assert_eq!(
+            registry.type_names(ComponentKind::Interceptor),
+            vec!["host", "static", "timestamp"]
+        );
+    }
+
+    #[test]
+    fn chunks_keep_order() {
+        let parts = chunks((0..7).collect(), 3);
+        assert_eq!(parts, vec![vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
+        assert!(chunks(Vec::<u8>::new(), 3).is_empty());
+    }
+}

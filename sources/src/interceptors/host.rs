@@ -1,0 +1,136 @@
+//! `host`: Flume's `HostInterceptor`. Sets a header to this machine's IP address or host name.
+//!
+//! The value is looked up once, when the interceptor is built: the host name from the system,
+//! the address by resolving that name (a non-loopback IPv4 address is preferred, then any
+//! non-loopback one, then `127.0.0.1`).
+
+use std::net::{IpAddr, ToSocketAddrs};
+
+use ferry_core::{ComponentConfig, ConfigError, Event, Interceptor};
+use serde::Deserialize;
+
+/// Options of the `host` interceptor.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// Header to set. Default `host`. Flume: `hostHeader`.
+    #[serde(default = "default_host_header")]
+    pub host_header: String,
+    /// Use the IP address (`true`) or the host name (`false`). Default `true`. Flume: `useIP`.
+    #[serde(default = "default_true")]
+    pub use_ip: bool,
+    /// Keep the header of events that already have one. Default `false`.
+    /// Flume: `preserveExisting`.
+    #[serde(default)]
+    pub preserve_existing: bool,
+}
+
+fn default_host_header() -> String {
+    "host".into()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The host interceptor.
+#[derive(Debug)]
+pub struct HostInterceptor {
+    header: String,
+    value: String,
+    preserve_existing: bool,
+}
+
+impl HostInterceptor {
+    /// Validates the options and looks up the host.
+    pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
+        let config: HostConfig = cfg.parse()?;
+        let name = host_name();
+        let value = if config.use_ip {
+            address_of(&name).to_string()
+        } else {
+            name
+        };
+        Ok(Self {
+            header: config.host_header,
+            value,
+            preserve_existing: config.preserve_existing,
+        })
+    }
+}
+
+impl Interceptor for HostInterceptor {
+    fn intercept(&self, mut events: Vec<Event>) -> Vec<Event> {
+        super::set_header(
+            &mut events,
+            &self.header,
+            &self.value,
+            self.preserve_existing,
+        );
+        events
+    }
+}
+
+/// This machine's host name, or `localhost` if the system does not say.
+fn host_name() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .chain(std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_owned())
+        .find(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// The address `name` resolves to, preferring a non-loopback IPv4 address.
+fn address_of(name: &str) -> IpAddr {
+    let addresses: Vec<IpAddr> = (name, 0)
+        .to_socket_addrs()
+        .map(|found| found.map(|a| a.ip()).collect())
+        .unwrap_or_default();
+    addresses
+        .iter()
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+        .or_else(|| addresses.iter().find(|ip| !ip.is_loopback()))
+        .copied()
+        .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interceptors::config;
+
+    #[test]
+    fn sets_an_ip_address_by_default() {
+        let interceptor = HostInterceptor::build(&config("host", "")).unwrap();
+        let out = interceptor.intercept(vec![Event::from_body("a")]);
+        let value = &out[0].headers["host"];
+        assert!(value.parse::<IpAddr>().is_ok(), "{value}");
+    }
+
+    #[test]
+    fn sets_the_host_name_under_the_chosen_header() {
+        let interceptor =
+            HostInterceptor::build(&config("host", "use_ip: false\nhost_header: origin")).unwrap();
+        let out = interceptor.intercept(vec![Event::from_body("a")]);
+        assert_eq!(out[0].headers["origin"], host_name());
+        assert!(!host_name().is_empty());
+    }
+
+    #[test]
+    fn preserves_existing_only_when_asked() {
+        let mut tagged = Event::from_body("a");
+        tagged.headers.insert("host".into(), "elsewhere".into());
+        let keep = HostInterceptor::build(&config("host", "preserve_existing: true")).unwrap();
+        assert_eq!(
+            keep.intercept(vec![tagged.clone()])[0].headers["host"],
+            "elsewhere"
+        );
+        let replace = HostInterceptor::build(&config("host", "")).unwrap();
+        assert_ne!(
+            replace.intercept(vec![tagged])[0].headers["host"],
+            "elsewhere"
+        );
+    }
+}

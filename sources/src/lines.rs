@@ -1,0 +1,114 @@
+//! Splitting a byte stream into lines without copying: one read fills a buffer, and every
+//! complete line in it becomes an event body that shares that buffer (`Bytes`), so a read of
+//! many lines costs one allocation, not one per line. Used by `netcat`, `exec` and `stdin`.
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// How much room is made in the buffer before each read.
+const READ_SIZE: usize = 64 * 1024;
+
+/// A buffer of bytes read but not yet split into lines.
+pub(crate) struct LineBuffer {
+    buf: BytesMut,
+    /// Bytes at the front of `buf` already known to hold no `\n`.
+    scanned: usize,
+    /// Whether a `\r` before the `\n` is removed too (as Java's `readLine` does).
+    strip_cr: bool,
+}
+
+impl LineBuffer {
+    pub(crate) fn new(strip_cr: bool) -> Self {
+        Self {
+            buf: BytesMut::new(),
+            scanned: 0,
+            strip_cr,
+        }
+    }
+
+    /// Reads once from `reader`; returns the number of bytes read, 0 at end of input.
+    /// Cancel-safe: if the future is dropped, no data is lost.
+    pub(crate) async fn fill<R: AsyncRead + Unpin + ?Sized>(
+        &mut self,
+        reader: &mut R,
+    ) -> std::io::Result<usize> {
+        self.buf.reserve(READ_SIZE);
+        reader.read_buf(&mut self.buf).await
+    }
+
+    /// Length of the next complete line (without its `\n`), if a complete line is buffered.
+    pub(crate) fn next_line_len(&mut self) -> Option<usize> {
+        match self.buf[self.scanned..].iter().position(|&b| b == b'\n') {
+            Some(i) => Some(self.scanned + i),
+            None => {
+                self.scanned = self.buf.len();
+                None
+            }
+        }
+    }
+
+    /// Takes the next complete line off the front, without its line ending.
+    pub(crate) fn next_line(&mut self) -> Option<Bytes> {
+        let len = self.next_line_len()?;
+        let mut line = self.buf.split_to(len + 1);
+        self.scanned = 0;
+        line.truncate(len);
+        if self.strip_cr && line.last() == Some(&b'\r') {
+            line.truncate(len - 1);
+        }
+        Some(line.freeze())
+    }
+
+    /// Bytes buffered that are not yet part of a complete line.
+    pub(crate) fn partial_len(&mut self) -> usize {
+        match self.next_line_len() {
+            Some(_) => 0,
+            None => self.buf.len(),
+        }
+    }
+
+    /// At end of input: the last line if it had no line ending.
+    pub(crate) fn take_rest(&mut self) -> Option<Bytes> {
+        if let Some(line) = self.next_line() {
+            return Some(line);
+        }
+        if self.buf.is_empty() {
+            return None;
+        }
+        self.scanned = 0;
+        let mut line = self.buf.split();
+        if self.strip_cr && line.last() == Some(&b'\r') {
+            line.truncate(line.len() - 1);
+        }
+        Some(line.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn splits_lines_across_reads_and_keeps_the_partial_tail() {
+        let mut reader: &[u8] = b"one\ntw";
+        let mut lines = LineBuffer::new(false);
+        lines.fill(&mut reader).await.unwrap();
+        assert_eq!(lines.next_line().as_deref(), Some(&b"one"[..]));
+        assert_eq!(lines.next_line(), None);
+        assert_eq!(lines.partial_len(), 2);
+        let mut reader: &[u8] = b"o\r\nthree";
+        lines.fill(&mut reader).await.unwrap();
+        assert_eq!(lines.next_line().as_deref(), Some(&b"two\r"[..]));
+        assert_eq!(lines.take_rest().as_deref(), Some(&b"three"[..]));
+        assert_eq!(lines.take_rest(), None);
+    }
+
+    #[tokio::test]
+    async fn strips_carriage_returns_when_asked() {
+        let mut reader: &[u8] = b"a\r\nb\r";
+        let mut lines = LineBuffer::new(true);
+        lines.fill(&mut reader).await.unwrap();
+        assert_eq!(lines.next_line().as_deref(), Some(&b"a"[..]));
+        assert_eq!(lines.take_rest().as_deref(), Some(&b"b"[..]));
+    }
+}
