@@ -1,0 +1,373 @@
+//! `http`: Flume's `HttpSink`, batch-shaped. Each batch is one POST to `endpoint`: by default a
+//! JSON array of `{"headers": {...}, "body": "..."}` (the format the `http` source and Flume's
+//! `JSONHandler` read; bodies that are not UTF-8 are sent with U+FFFD replacements), or with
+//! `format: lines` the bodies, each followed by `\n`.
+//!
+//! | response | result |
+//! |----------|--------|
+//! | 2xx | delivered |
+//! | 5xx, 3xx left over, timeout, connection error | `Err`: the runner retries the batch after a backoff |
+//! | 4xx | `Err` too (nothing is dropped), logged at ERROR with the endpoint's answer, since a retry will most likely be refused again |
+//!
+//! Unlike Flume's `HttpSink` (one request per event), one request carries the whole batch.
+
+use std::borrow::Cow;
+use std::error::Error as _;
+use std::time::Duration;
+
+use ferry_core::{
+    ComponentConfig, ConfigError, Event, Headers, Sink, SinkBatch, SinkContext, SinkError,
+    async_trait,
+};
+use reqwest::header::CONTENT_TYPE;
+use reqwest::{Client, Url};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// Options of the `http` sink.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSinkConfig {
+    /// URL to POST batches to, e.g. `http://127.0.0.1:8080/events`. Required.
+    /// Flume: `endpoint`.
+    pub endpoint: String,
+    /// Longest wait for a whole request and its response. Default `5s`.
+    /// Flume: `requestTimeout` (5000 ms).
+    #[serde(default = "default_timeout", with = "ferry_core::config::duration")]
+    pub request_timeout: Duration,
+    /// Longest wait to connect. Default `5s`. Flume: `connectTimeout` (5000 ms).
+    #[serde(default = "default_timeout", with = "ferry_core::config::duration")]
+    pub connect_timeout: Duration,
+    /// `Content-Type` of the requests. Default `application/json` for `format: json`,
+    /// `text/plain` for `format: lines`. Flume: `contentTypeHeader` (default `text/plain`).
+    #[serde(default)]
+    pub content_type: Option<String>,
+    /// Request body: `json` (an array of `{headers, body}`) or `lines`. Default `json`.
+    /// (No Flume counterpart: Flume sends each body alone.)
+    #[serde(default)]
+    pub format: BodyFormat,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// How a batch is written in the request body.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BodyFormat {
+    /// A JSON array of `{"headers": {...}, "body": "..."}`.
+    #[default]
+    Json,
+    /// The bodies, each followed by `\n`.
+    Lines,
+}
+
+/// The HTTP sink.
+#[derive(Debug)]
+pub struct HttpSink {
+    endpoint: Url,
+    content_type: String,
+    config: HttpSinkConfig,
+    client: Option<Client>,
+}
+
+impl HttpSink {
+    /// Validates the options.
+    pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
+        let config: HttpSinkConfig = cfg.parse()?;
+        let endpoint = Url::parse(&config.endpoint).map_err(|e| {
+            cfg.error_at(
+                "endpoint",
+                format!("invalid URL `{}`: {e}", config.endpoint),
+            )
+        })?;
+        if endpoint.scheme() != "http" {
+            return Err(cfg.error_at(
+                "endpoint",
+                format!(
+                    "unsupported scheme `{}` in `{}`: only `http` is supported",
+                    endpoint.scheme(),
+                    config.endpoint
+                ),
+            ));
+        }
+        let content_type = config.content_type.clone().unwrap_or_else(|| {
+            match config.format {
+                BodyFormat::Json => "application/json",
+                BodyFormat::Lines => "text/plain",
+            }
+            .into()
+        });
+        Ok(Self {
+            endpoint,
+            content_type,
+            config,
+            client: None,
+        })
+    }
+
+    fn client(&mut self) -> Result<Client, SinkError> {
+        if let Some(client) = &self.client {
+            return Ok(client.clone());
+        }
+        let client = Client::builder()
+            .timeout(self.config.request_timeout)
+            .connect_timeout(self.config.connect_timeout)
+            .build()
+            .map_err(|e| SinkError::Delivery(format!("building the HTTP client: {e}")))?;
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    fn body(&self, events: &[Event]) -> Result<Vec<u8>, SinkError> {
+        match self.config.format {
+            BodyFormat::Json => serde_json::to_vec(&JsonBatch(events))
+                .map_err(|e| SinkError::Delivery(format!("encoding the batch as JSON: {e}"))),
+            BodyFormat::Lines => {
+                let size = events.iter().map(|e| e.body.len() + 1).sum();
+                let mut out = Vec::with_capacity(size);
+                for event in events {
+                    out.extend_from_slice(&event.body);
+                    out.push(b'\n');
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// A batch serialized as a JSON array without building an intermediate vector.
+struct JsonBatch<'a>(&'a [Event]);
+
+#[derive(Serialize)]
+struct JsonEvent<'a> {
+    headers: &'a Headers,
+    body: Cow<'a, str>,
+}
+
+impl Serialize for JsonBatch<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|event| JsonEvent {
+            headers: &event.headers,
+            body: String::from_utf8_lossy(&event.body),
+        }))
+    }
+}
+
+/// The error and its causes, e.g. `error sending request: connection refused`.
+fn describe(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// At most the first 512 bytes of a response body, for error messages.
+async fn snippet(response: reqwest::Response) -> String {
+    let mut response = response;
+    match response.chunk().await {
+        Ok(Some(chunk)) => {
+            let text = String::from_utf8_lossy(&chunk[..chunk.len().min(512)]);
+            text.trim().to_owned()
+        }
+        _ => String::new(),
+    }
+}
+
+#[async_trait]
+impl Sink for HttpSink {
+    async fn start(&mut self, _ctx: &SinkContext) -> Result<(), SinkError> {
+        self.client().map(drop)
+    }
+
+    async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+        if batch.events.is_empty() {
+            return Ok(());
+        }
+        let client = self.client()?;
+        let body = self.body(batch.events)?;
+        let endpoint = &self.endpoint;
+        let response = client
+            .post(endpoint.clone())
+            .header(CONTENT_TYPE, &self.content_type)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| SinkError::Delivery(format!("POST {endpoint}: {}", describe(&e))))?;
+        let status = response.status();
+        if status.is_success() {
+            // Read the (usually empty) answer so the connection can be reused.
+            let _ = response.bytes().await;
+            return Ok(());
+        }
+        let answer = snippet(response).await;
+        if status.is_client_error() {
+            tracing::error!(
+                endpoint = %endpoint, %status, answer,
+                "the endpoint refused a batch of {} events; it will be retried, but will most \
+                 likely be refused again until the endpoint or the data is fixed",
+                batch.events.len()
+            );
+        }
+        Err(SinkError::Delivery(format!(
+            "POST {endpoint}: {status}{}{answer}",
+            if answer.is_empty() { "" } else { ": " }
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use axum::Router;
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::post;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Endpoint {
+        status: AtomicU16,
+        delay_ms: AtomicU16,
+        requests: Mutex<Vec<(String, Vec<u8>)>>,
+    }
+
+    async fn record(
+        State(endpoint): State<Arc<Endpoint>>,
+        headers: HeaderMap,
+        body: axum::body::Bytes,
+    ) -> (StatusCode, &'static str) {
+        let delay = endpoint.delay_ms.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(delay.into())).await;
+        let content_type = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        endpoint
+            .requests
+            .lock()
+            .unwrap()
+            .push((content_type, body.to_vec()));
+        let status = StatusCode::from_u16(endpoint.status.load(Ordering::SeqCst)).unwrap();
+        (status, "endpoint says no")
+    }
+
+    async fn serve(status: u16) -> (String, Arc<Endpoint>) {
+        let endpoint = Arc::new(Endpoint::default());
+        endpoint.status.store(status, Ordering::SeqCst);
+        let app = Router::new()
+            .route("/events", post(record))
+            .with_state(endpoint.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{address}/events"), endpoint)
+    }
+
+    async fn sink(url: &str, extra: &str) -> HttpSink {
+        let yaml = format!("endpoint: {url}\n{extra}");
+        let mut sink = HttpSink::build(&crate::config("http", &yaml)).unwrap();
+        sink.start(&crate::context()).await.unwrap();
+        sink
+    }
+
+    fn events() -> Vec<Event> {
+        let mut first = Event::from_body("first");
+        first.headers.insert("host".into(), "web-1".into());
+        vec![first, Event::from_body("second")]
+    }
+
+    async fn deliver(sink: &mut HttpSink) -> Result<(), SinkError> {
+        let events = events();
+        sink.deliver(SinkBatch {
+            events: &events,
+            sequences: None,
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn posts_the_batch_as_a_json_array() {
+        let (url, endpoint) = serve(200).await;
+        let mut sink = sink(&url, "").await;
+        deliver(&mut sink).await.unwrap();
+        let requests = endpoint.requests.lock().unwrap();
+        assert_eq!(requests.len(), 1, "one request per batch");
+        assert_eq!(requests[0].0, "application/json");
+        let body: serde_json::Value = serde_json::from_slice(&requests[0].1).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!([
+                {"headers": {"host": "web-1"}, "body": "first"},
+                {"headers": {}, "body": "second"}
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn posts_lines_when_asked() {
+        let (url, endpoint) = serve(204).await;
+        let mut sink = sink(&url, "format: lines\ncontent_type: text/x-log").await;
+        deliver(&mut sink).await.unwrap();
+        let requests = endpoint.requests.lock().unwrap();
+        assert_eq!(
+            requests[0],
+            ("text/x-log".to_owned(), b"first\nsecond\n".to_vec())
+        );
+    }
+
+    #[tokio::test]
+    async fn server_error_is_an_error_to_retry() {
+        let (url, endpoint) = serve(503).await;
+        let mut sink = sink(&url, "").await;
+        let err = deliver(&mut sink).await.unwrap_err();
+        assert!(err.to_string().contains("503"), "{err}");
+        endpoint.status.store(200, Ordering::SeqCst);
+        deliver(&mut sink).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn client_error_is_an_error_with_the_answer() {
+        let (url, _) = serve(400).await;
+        let mut sink = sink(&url, "").await;
+        let err = deliver(&mut sink).await.unwrap_err().to_string();
+        assert!(err.contains("400 Bad Request: endpoint says no"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn connection_refused_is_an_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        drop(listener);
+        let url = format!("http://{address}/events");
+        let mut sink = sink(&url, "").await;
+        let err = deliver(&mut sink).await.unwrap_err().to_string();
+        assert!(err.starts_with(&format!("POST {url}: ")), "{err}");
+    }
+
+    #[tokio::test]
+    async fn slow_endpoint_times_out() {
+        let (url, endpoint) = serve(200).await;
+        endpoint.delay_ms.store(2000, Ordering::SeqCst);
+        let mut sink = sink(&url, "request_timeout: 100ms").await;
+        assert!(deliver(&mut sink).await.is_err());
+    }
+
+    #[test]
+    fn rejects_bad_endpoints() {
+        let build = |yaml: &str| HttpSink::build(&crate::config("http", yaml));
+        let err = build("endpoint: not a url").unwrap_err();
+        assert!(err.message.contains("invalid URL"), "{}", err.message);
+        let err = build("endpoint: https://example.com/").unwrap_err();
+        assert!(err.message.contains("only `http`"), "{}", err.message);
+        assert!(build("endpoint: http://127.0.0.1:1/\nformat: xml").is_err());
+    }
+}
