@@ -6,7 +6,7 @@
 //! | response | result |
 //! |----------|--------|
 //! | 2xx | delivered |
-//! | 5xx, 3xx left over, timeout, connection error | `Err`: the runner retries the batch after a backoff |
+//! | 5xx, 3xx (redirects are not followed), timeout, connection error | `Err`: the runner retries the batch after a backoff |
 //! | 4xx | `Err` too (nothing is dropped), logged at ERROR with the endpoint's answer, since a retry will most likely be refused again |
 //!
 //! Unlike Flume's `HttpSink` (one request per event), one request carries the whole batch.
@@ -113,6 +113,9 @@ impl HttpSink {
         let client = Client::builder()
             .timeout(self.config.request_timeout)
             .connect_timeout(self.config.connect_timeout)
+            // A redirected POST may be replayed as a GET without the body, whose 200 would
+            // count a batch that never arrived as delivered: treat 3xx as a failure instead.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| SinkError::Delivery(format!("building the HTTP client: {e}")))?;
         self.client = Some(client.clone());
@@ -265,6 +268,14 @@ mod tests {
         endpoint.status.store(status, Ordering::SeqCst);
         let app = Router::new()
             .route("/events", post(record))
+            .route(
+                "/moved",
+                post(|| async { (StatusCode::FOUND, [("location", "/elsewhere")], "") }),
+            )
+            .route(
+                "/elsewhere",
+                axum::routing::any(|| async { StatusCode::OK }),
+            )
             .with_state(endpoint.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -340,6 +351,15 @@ mod tests {
         let mut sink = sink(&url, "").await;
         let err = deliver(&mut sink).await.unwrap_err().to_string();
         assert!(err.contains("400 Bad Request: endpoint says no"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn redirect_is_an_error_not_a_delivery() {
+        let (url, _) = serve(200).await;
+        let moved = url.replace("/events", "/moved");
+        let mut sink = sink(&moved, "").await;
+        let err = deliver(&mut sink).await.unwrap_err().to_string();
+        assert!(err.contains("302"), "{err}");
     }
 
     #[tokio::test]

@@ -152,6 +152,9 @@ async fn receive(
             ),
         );
     }
+    if parsed.is_empty() {
+        return (StatusCode::OK, String::new());
+    }
     let events: Vec<Event> = parsed
         .into_iter()
         .map(|e| Event::new(e.headers.unwrap_or_default(), e.body.unwrap_or_default()))
@@ -215,6 +218,7 @@ mod tests {
     async fn answers_200_once_the_events_are_stored() {
         let channel = TestChannel::new(10, 10);
         let running = start(&channel, "").await;
+        assert_eq!(post(&running.url, "[]").await, (200, String::new()));
         let body = r#"[{"headers":{"a":"1"},"body":"first"},{"body":"second"},{}]"#;
         assert_eq!(post(&running.url, body).await, (200, String::new()));
         let events = channel.events();

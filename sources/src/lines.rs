@@ -36,6 +36,11 @@ impl LineBuffer {
         reader.read_buf(&mut self.buf).await
     }
 
+    /// Appends bytes read elsewhere.
+    pub(crate) fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
     /// Length of the next complete line (without its `\n`), if a complete line is buffered.
     pub(crate) fn next_line_len(&mut self) -> Option<usize> {
         match self.buf[self.scanned..].iter().position(|&b| b == b'\n') {

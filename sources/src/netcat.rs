@@ -406,7 +406,11 @@ mod tests {
         running.task.await.unwrap().unwrap();
         assert!(TcpStream::connect(running.address).await.is_err());
         let mut rest = Vec::new();
-        assert_eq!(open.read_to_end(&mut rest).await.unwrap(), 0, "closed cleanly");
+        assert_eq!(
+            open.read_to_end(&mut rest).await.unwrap(),
+            0,
+            "closed cleanly"
+        );
     }
 
     #[tokio::test]

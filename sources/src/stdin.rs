@@ -3,14 +3,17 @@
 //! interactive line goes out at once and piped input goes out in full batches. The source ends
 //! at end of input, after putting a last line that had no newline.
 //!
-//! Note: tokio reads standard input on a blocking thread that cannot be interrupted, so on
-//! shutdown the source returns at once but that thread lives until the next line or EOF.
+//! Standard input is read by a dedicated thread: a blocking read of a terminal cannot be
+//! interrupted, and a thread of the async runtime blocked in it would keep the agent from
+//! exiting on shutdown. The thread is left behind on shutdown and ends with the process.
+
+use std::io::Read as _;
 
 use ferry_core::{
     ComponentConfig, ConfigError, Event, Source, SourceContext, SourceError, async_trait,
 };
 use serde::Deserialize;
-use tokio::io::AsyncRead;
+use tokio::sync::mpsc;
 
 use crate::lines::LineBuffer;
 
@@ -27,18 +30,15 @@ fn default_batch_size() -> usize {
     100
 }
 
+/// Chunks of input as read, then the end of the sender at end of input.
+type Input = mpsc::Receiver<std::io::Result<Vec<u8>>>;
+
 /// The standard input source.
+#[derive(Debug)]
 pub struct StdinSource {
     batch_size: usize,
-    input: Box<dyn AsyncRead + Send + Unpin>,
-}
-
-impl std::fmt::Debug for StdinSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StdinSource")
-            .field("batch_size", &self.batch_size)
-            .finish()
-    }
+    /// Where the input comes from; `None` reads the process's standard input.
+    input: Option<Input>,
 }
 
 impl StdinSource {
@@ -50,9 +50,38 @@ impl StdinSource {
         }
         Ok(Self {
             batch_size: config.batch_size,
-            input: Box::new(tokio::io::stdin()),
+            input: None,
         })
     }
+}
+
+/// Starts the thread that reads standard input.
+fn read_standard_input() -> Result<Input, SourceError> {
+    // A small queue: when the channel is full the thread stops reading (backpressure).
+    let (tx, rx) = mpsc::channel(4);
+    std::thread::Builder::new()
+        .name("stdin-source".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                let mut buf = vec![0; 64 * 1024];
+                let chunk = match stdin.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Ok(buf)
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => Err(e),
+                };
+                let failed = chunk.is_err();
+                if tx.blocking_send(chunk).is_err() || failed {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| SourceError::io("starting the thread reading standard input", e))?;
+    Ok(rx)
 }
 
 #[async_trait]
@@ -62,29 +91,36 @@ impl Source for StdinSource {
     }
 
     async fn run(self: Box<Self>, ctx: SourceContext) -> Result<(), SourceError> {
-        let StdinSource {
-            batch_size,
-            mut input,
-        } = *self;
+        let StdinSource { batch_size, input } = *self;
+        let mut input = match input {
+            Some(input) => input,
+            None => read_standard_input()?,
+        };
         let size = batch_size.min(crate::transaction_capacity(&ctx));
         let mut lines = LineBuffer::new(true);
         loop {
-            let read = tokio::select! {
+            let chunk = tokio::select! {
                 _ = ctx.shutdown().wait() => return Ok(()),
-                read = lines.fill(&mut input) => {
-                    read.map_err(|e| SourceError::io("reading standard input", e))?
+                chunk = input.recv() => chunk,
+            };
+            let at_eof = match chunk {
+                Some(Ok(data)) => {
+                    lines.push(&data);
+                    false
                 }
+                Some(Err(e)) => return Err(SourceError::io("reading standard input", e)),
+                None => true,
             };
             let mut events: Vec<Event> = std::iter::from_fn(|| lines.next_line())
                 .map(Event::from_body)
                 .collect();
-            if read == 0 {
+            if at_eof {
                 events.extend(lines.take_rest().map(Event::from_body));
             }
             for batch in crate::chunks(events, size) {
                 ctx.send(batch, None).await?;
             }
-            if read == 0 {
+            if at_eof {
                 tracing::info!(source = ctx.name(), "end of standard input");
                 return Ok(());
             }
@@ -94,36 +130,52 @@ impl Source for StdinSource {
 
 #[cfg(test)]
 mod tests {
-    use tokio::io::AsyncWriteExt;
-
     use super::*;
     use crate::test_channel::{TestChannel, config, context};
+
+    fn source(yaml: &str) -> (Box<StdinSource>, mpsc::Sender<std::io::Result<Vec<u8>>>) {
+        let mut source = StdinSource::build(&config("stdin", yaml)).unwrap();
+        let (tx, rx) = mpsc::channel(16);
+        source.input = Some(rx);
+        (Box::new(source), tx)
+    }
 
     #[tokio::test]
     async fn reads_lines_in_batches_until_eof() {
         let channel = TestChannel::new(100, 100);
         let (ctx, _) = context(&channel);
-        let mut source = StdinSource::build(&config("stdin", "batch_size: 2")).unwrap();
-        source.input = Box::new(&b"a\r\nb\nc\nd\ne"[..]);
-        Box::new(source).run(ctx).await.unwrap();
+        let (source, tx) = source("batch_size: 2");
+        assert_eq!(source.max_batch_size(), Some(2));
+        tx.send(Ok(b"a\r\nb\nc\nd\n".to_vec())).await.unwrap();
+        tx.send(Ok(b"e".to_vec())).await.unwrap();
+        drop(tx);
+        source.run(ctx).await.unwrap();
         assert_eq!(channel.bodies(), ["a", "b", "c", "d", "e"]);
-        assert_eq!(channel.batches(), 3);
+        assert_eq!(channel.batches(), 3, "a b, c d, e");
     }
 
     #[tokio::test]
     async fn sends_each_line_as_it_comes_and_stops_on_shutdown() {
         let channel = TestChannel::new(100, 100);
         let (ctx, shutdown) = context(&channel);
-        let mut source = StdinSource::build(&config("stdin", "")).unwrap();
-        let (mut tx, rx) = tokio::io::duplex(1024);
-        source.input = Box::new(rx);
-        let task = tokio::spawn(Box::new(source).run(ctx));
-        tx.write_all(b"first\n").await.unwrap();
+        let (source, tx) = source("");
+        let task = tokio::spawn(source.run(ctx));
+        tx.send(Ok(b"first\nsec".to_vec())).await.unwrap();
         channel.wait_for(1).await;
-        tx.write_all(b"second\n").await.unwrap();
+        tx.send(Ok(b"ond\n".to_vec())).await.unwrap();
         channel.wait_for(2).await;
         shutdown.trigger();
         task.await.unwrap().unwrap();
         assert_eq!(channel.bodies(), ["first", "second"]);
+    }
+
+    #[tokio::test]
+    async fn a_read_error_ends_the_source_with_context() {
+        let channel = TestChannel::new(100, 100);
+        let (ctx, _) = context(&channel);
+        let (source, tx) = source("");
+        tx.send(Err(std::io::Error::other("boom"))).await.unwrap();
+        let err = source.run(ctx).await.unwrap_err();
+        assert_eq!(err.to_string(), "reading standard input: boom");
     }
 }

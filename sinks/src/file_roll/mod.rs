@@ -273,7 +273,11 @@ fn recover(directory: &Path, prefix: &str, suffix: &str) -> Result<usize, SinkEr
         let Some(final_name) = name.strip_suffix(TEMPORARY_SUFFIX) else {
             continue;
         };
-        if !final_name.starts_with(prefix) || !final_name.ends_with(suffix) {
+        let ours = final_name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix(suffix))
+            .is_some_and(is_series_and_index);
+        if !ours {
             continue;
         }
         let finished = directory.join(final_name);
@@ -285,6 +289,18 @@ fn recover(directory: &Path, prefix: &str, suffix: &str) -> Result<usize, SinkEr
         recovered += 1;
     }
     Ok(recovered)
+}
+
+/// Whether `text` is `<13 digits>-<10 digits>`, the middle of the names this sink writes.
+fn is_series_and_index(text: &str) -> bool {
+    text.split_once('-').is_some_and(|(series, index)| {
+        series.len() == 13
+            && index.len() == 10
+            && series
+                .bytes()
+                .chain(index.bytes())
+                .all(|b| b.is_ascii_digit())
+    })
 }
 
 /// Runs blocking file work off the async threads.

@@ -175,12 +175,17 @@ async fn start_finishes_files_left_in_progress() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("0000000000001-0000000001.tmp"), "old\n").unwrap();
     std::fs::write(dir.path().join("unrelated.txt"), "x").unwrap();
+    std::fs::write(dir.path().join("someone-elses.tmp"), "x").unwrap();
     let mut sink = build(dir.path(), "");
     sink.start(&crate::context()).await.unwrap();
     deliver(&mut sink, &["new"]).await;
     sink.stop().await.unwrap();
     let (finished, in_progress) = files(dir.path());
-    assert!(in_progress.is_empty());
+    assert_eq!(
+        in_progress,
+        ["someone-elses.tmp"],
+        "only our own files are touched"
+    );
     assert_eq!(finished.len(), 3, "{finished:?}");
     assert_eq!(
         std::fs::read_to_string(dir.path().join("0000000000001-0000000001")).unwrap(),
