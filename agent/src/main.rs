@@ -1,1 +1,3 @@
-fn main() {}
+fn main() -> std::process::ExitCode {
+    ferry_agent::main_with(ferry_agent::builtin_registry())
+}

@@ -1,0 +1,181 @@
+//! The `agent` command, as a library so that plugin crates can reuse its `main`.
+//!
+//! A plugin binary registers its own component types next to the built-ins and hands over:
+//!
+//! ```no_run
+//! fn main() -> std::process::ExitCode {
+//!     let mut registry = ferry_agent::builtin_registry();
+//!     // registry.register_sink("my_sink", |cfg| ...);
+//!     ferry_agent::main_with(registry)
+//! }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use ferry_core::{Registry, Shutdown};
+
+pub mod runtime;
+pub mod tools;
+pub mod topology;
+
+/// Exit code for a bad configuration: nothing was started.
+pub const EXIT_BAD_CONFIG: u8 = 2;
+
+/// Every built-in source, channel, sink and interceptor.
+pub fn builtin_registry() -> Registry {
+    let mut registry = Registry::new();
+    ferry_sources::register(&mut registry);
+    ferry_channels::register(&mut registry);
+    ferry_sinks::register(&mut registry);
+    registry
+}
+
+#[derive(Parser)]
+#[command(
+    name = "agent",
+    version,
+    about = "Moves events from where they are produced to where they are stored"
+)]
+struct Cli {
+    /// Log format on standard error.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the pipelines of a YAML file until SIGINT/SIGTERM (a second signal exits at once).
+    Run {
+        /// The pipeline file.
+        file: PathBuf,
+    },
+    /// Checks pipeline files and reports every problem; exits 2 if there is any.
+    Validate {
+        /// The pipeline files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Creates, lists, describes, alters and deletes topics (as kafka-topics.sh).
+    Topics(tools::topics::TopicsArgs),
+    /// Writes standard input to a topic, a record per line (as kafka-console-producer.sh).
+    ConsoleProducer(tools::console::ProducerArgs),
+    /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
+    ConsoleConsumer(tools::console::ConsumerArgs),
+}
+
+/// Parses the command line and runs the agent with the component types of `registry`.
+pub fn main_with(registry: Registry) -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::Validate { files } => validate(&files, &registry),
+        Command::Run { file } => run(&file, registry),
+        Command::Topics(args) => tool(tools::topics::run(args)),
+        Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
+        Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
+    }
+}
+
+/// Exit status of a tool: 0, or 1 with the error on standard error.
+fn tool(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn validate(files: &[PathBuf], registry: &Registry) -> ExitCode {
+    let mut ok = true;
+    for file in files {
+        match topology::load(file, registry) {
+            Ok(_) => println!("{}: ok", file.display()),
+            Err(problems) => {
+                eprintln!("{problems}");
+                ok = false;
+            }
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_BAD_CONFIG)
+    }
+}
+
+fn run(file: &Path, registry: Registry) -> ExitCode {
+    let topology = match topology::load(file, &registry) {
+        Ok(topology) => topology,
+        Err(problems) => {
+            eprintln!("{problems}");
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let stop = Shutdown::new();
+        if let Err(e) = watch_signals(stop.clone()) {
+            eprintln!("cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+        match runtime::run(topology, stop).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "agent failed");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// First SIGINT/SIGTERM: fire `stop` (drain and exit 0). Second: exit at once.
+fn watch_signals(stop: Shutdown) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = terminate.recv() => {},
+        }
+        tracing::info!("signal received: draining; send another to exit at once");
+        stop.trigger();
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = terminate.recv() => {},
+        }
+        tracing::warn!("second signal: exiting without draining");
+        std::process::exit(130);
+    });
+    Ok(())
+}

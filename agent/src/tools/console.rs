@@ -1,0 +1,253 @@
+//! `agent console-producer` and `agent console-consumer`: lines in, records out, as Kafka's
+//! console tools do.
+
+use std::io::{BufRead, Write};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::{REQUEST_TIMEOUT, client_config, split_property};
+
+/// Formatting properties shared by both tools (`--property key=value`).
+#[derive(Debug, Default)]
+struct LineFormat {
+    /// `parse.key` / `print.key`.
+    key: bool,
+    /// `key.separator`, a tab by default.
+    separator: String,
+}
+
+impl LineFormat {
+    fn from_properties(properties: &[String], key_property: &str) -> anyhow::Result<Self> {
+        let mut format = LineFormat {
+            key: false,
+            separator: "\t".into(),
+        };
+        for pair in properties {
+            let (k, v) = split_property(pair)?;
+            match k {
+                _ if k == key_property => format.key = v.eq_ignore_ascii_case("true"),
+                "key.separator" => format.separator = v.to_owned(),
+                other => {
+                    bail!("unknown --property `{other}` (known: {key_property}, key.separator)")
+                }
+            }
+        }
+        Ok(format)
+    }
+}
+
+/// Flags of `agent console-producer`.
+#[derive(Args, Debug)]
+pub struct ProducerArgs {
+    /// The server(s) to connect to.
+    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
+    bootstrap_server: String,
+    /// The topic to write to.
+    #[arg(long)]
+    topic: String,
+    /// `parse.key=true` splits each line at `key.separator` into key and value.
+    #[arg(long = "property", value_name = "KEY=VALUE")]
+    properties: Vec<String>,
+    /// A librdkafka producer property `key=value` (e.g. `acks=all`); repeatable.
+    #[arg(long = "producer-property", value_name = "KEY=VALUE")]
+    producer_properties: Vec<String>,
+    /// Compression: none, gzip, snappy, lz4 or zstd.
+    #[arg(long = "compression-codec", default_value = "none")]
+    compression_codec: String,
+}
+
+/// Counts deliveries and keeps the first failure.
+#[derive(Default)]
+struct Deliveries {
+    failed: AtomicUsize,
+    first_error: Mutex<Option<String>>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, _)) = result {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+            first.get_or_insert_with(|| error.to_string());
+        }
+    }
+}
+
+/// Runs `agent console-producer`: every line of standard input becomes one record.
+pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
+    let format = LineFormat::from_properties(&args.properties, "parse.key")?;
+    let mut config = client_config(&args.bootstrap_server, &args.producer_properties)?;
+    config.set("compression.codec", &args.compression_codec);
+    let producer: BaseProducer<Deliveries> = config
+        .create_with_context(Deliveries::default())
+        .context("creating the producer")?;
+    let stdin = std::io::stdin().lock();
+    for (n, line) in stdin.split(b'\n').enumerate() {
+        let line = line.context("reading standard input")?;
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        let (key, value) = if format.key {
+            let sep = format.separator.as_bytes();
+            match line.windows(sep.len()).position(|w| w == sep) {
+                Some(at) => (Some(&line[..at]), &line[at + sep.len()..]),
+                None => bail!(
+                    "line {}: no key separator {:?} (parse.key=true)",
+                    n + 1,
+                    format.separator
+                ),
+            }
+        } else {
+            (None, line)
+        };
+        let mut record = BaseRecord::<[u8], [u8]>::to(&args.topic).payload(value);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(50));
+                }
+                Err((error, _)) => bail!("line {}: {error}", n + 1),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer
+        .flush(REQUEST_TIMEOUT)
+        .context("waiting for the last records to be acknowledged")?;
+    let context = producer.context();
+    let failed = context.failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        let first = context
+            .first_error
+            .lock()
+            .map(|e| e.clone().unwrap_or_default())
+            .unwrap_or_default();
+        bail!("{failed} records were not delivered; first error: {first}");
+    }
+    Ok(())
+}
+
+/// Flags of `agent console-consumer`.
+#[derive(Args, Debug)]
+pub struct ConsumerArgs {
+    /// The server(s) to connect to.
+    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
+    bootstrap_server: String,
+    /// The topic to read.
+    #[arg(long)]
+    topic: String,
+    /// Start at the earliest record rather than the end.
+    #[arg(long = "from-beginning")]
+    from_beginning: bool,
+    /// Exit after this many records.
+    #[arg(long = "max-messages")]
+    max_messages: Option<u64>,
+    /// Read only this partition.
+    #[arg(long)]
+    partition: Option<i32>,
+    /// With --partition: `earliest`, `latest` or an offset.
+    #[arg(long)]
+    offset: Option<String>,
+    /// Exit when no record arrived for this many milliseconds.
+    #[arg(long = "timeout-ms")]
+    timeout_ms: Option<u64>,
+    /// `print.key=true` prints the key and `key.separator` before each value.
+    #[arg(long = "property", value_name = "KEY=VALUE")]
+    properties: Vec<String>,
+    /// A librdkafka consumer property `key=value` (e.g. `isolation.level=read_uncommitted`).
+    #[arg(long = "consumer-property", value_name = "KEY=VALUE")]
+    consumer_properties: Vec<String>,
+}
+
+/// Runs `agent console-consumer`: prints each record's value on its own line.
+pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
+    let format = LineFormat::from_properties(&args.properties, "print.key")?;
+    let mut config = client_config(&args.bootstrap_server, &[])?;
+    config.set("enable.auto.commit", "false");
+    config.set("group.id", "agent-console-consumer");
+    for pair in &args.consumer_properties {
+        let (k, v) = split_property(pair)?;
+        config.set(k, v);
+    }
+    let consumer: BaseConsumer = config.create().context("creating the consumer")?;
+    let start =
+        match (args.offset.as_deref(), args.from_beginning) {
+            (Some("earliest"), _) | (None, true) => Offset::Beginning,
+            (Some("latest"), _) | (None, false) => Offset::End,
+            (Some(n), _) => Offset::Offset(n.parse().with_context(|| {
+                format!("--offset `{n}`: expected earliest, latest or a number")
+            })?),
+        };
+    if args.offset.is_some() && args.partition.is_none() {
+        bail!("--offset needs --partition");
+    }
+    let partitions: Vec<i32> = match args.partition {
+        Some(p) => vec![p],
+        None => {
+            let metadata = consumer
+                .fetch_metadata(Some(&args.topic), REQUEST_TIMEOUT)
+                .context("fetching metadata")?;
+            let topic = metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == args.topic)
+                .with_context(|| format!("topic {} not found", args.topic))?;
+            if let Some(error) = topic.error() {
+                bail!("topic {}: {}", args.topic, RDKafkaErrorCode::from(error));
+            }
+            topic.partitions().iter().map(|p| p.id()).collect()
+        }
+    };
+    let mut assignment = TopicPartitionList::new();
+    for p in partitions {
+        assignment.add_partition_offset(&args.topic, p, start)?;
+    }
+    consumer
+        .assign(&assignment)
+        .context("assigning partitions")?;
+
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut count = 0u64;
+    let idle_limit = args.timeout_ms.map(Duration::from_millis);
+    let mut last = Instant::now();
+    while args.max_messages.is_none_or(|max| count < max) {
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {
+                out.flush()?;
+                if idle_limit.is_some_and(|limit| last.elapsed() >= limit) {
+                    break;
+                }
+            }
+            Some(Err(error)) => bail!("consuming {}: {error}", args.topic),
+            Some(Ok(message)) => {
+                if format.key {
+                    out.write_all(message.key().unwrap_or(b"null"))?;
+                    out.write_all(format.separator.as_bytes())?;
+                }
+                out.write_all(message.payload().unwrap_or(b"null"))?;
+                out.write_all(b"\n")?;
+                count += 1;
+                last = Instant::now();
+            }
+        }
+    }
+    out.flush()?;
+    eprintln!("Processed a total of {count} messages");
+    Ok(())
+}

@@ -1,0 +1,302 @@
+//! End to end: the real `agent` binary running the shipped pipelines and test pipelines,
+//! driven by real TCP clients and a real HTTP server, stopped with real signals.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+#[path = "harness.rs"]
+mod harness;
+
+use harness::{Agent, free_port, pipeline, read_dir_concat, wait_until};
+
+fn numbered_lines(range: std::ops::Range<usize>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in range {
+        writeln!(out, "line-{i}").unwrap();
+    }
+    out
+}
+
+#[test]
+fn seq_to_logger_prints_every_event_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = pipeline("seq-to-logger.yaml", &[("./var/seq-to-logger", "./state")]);
+    let mut agent = Agent::start(dir.path(), &config);
+    let status = agent.wait(Duration::from_secs(60));
+    let log = agent.log();
+    assert!(status.success(), "{status:?}\n{log}");
+    let printed = log.lines().filter(|l| l.contains("Event: {")).count();
+    assert_eq!(printed, 1000, "{log}");
+    assert!(
+        log.contains("timestamp"),
+        "interceptors add headers:\n{log}"
+    );
+}
+
+/// Starts the shipped netcat-to-file pipeline on a free port, writing into `dir/out`.
+fn start_netcat_to_file(dir: &std::path::Path) -> (Agent, u16) {
+    let port = free_port();
+    let config = pipeline(
+        "netcat-to-file.yaml",
+        &[
+            ("port: 44444", &format!("port: {port}")),
+            ("./var/netcat-to-file", "./state"),
+            ("./var/netcat-out", "./out"),
+        ],
+    );
+    let agent = Agent::start(dir, &config);
+    wait_until(Duration::from_secs(30), "netcat source listening", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    (agent, port)
+}
+
+#[test]
+fn netcat_to_file_delivers_100k_lines_exactly_once_in_order() {
+    const LINES: usize = 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, port) = start_netcat_to_file(dir.path());
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let payload = numbered_lines(0..LINES);
+    let sender = std::thread::spawn(move || writer.write_all(&payload).unwrap());
+    let mut acks = 0;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    while acks < LINES {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "connection closed after {acks} acks"
+        );
+        assert_eq!(line, "OK\n");
+        acks += 1;
+    }
+    sender.join().unwrap();
+    drop(reader);
+    agent.signal(Signal::SIGTERM);
+    let status = agent.wait(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}\n{}", agent.log());
+    let written = read_dir_concat(&dir.path().join("out"));
+    assert!(
+        written == numbered_lines(0..LINES),
+        "output differs: {} bytes written, {} expected",
+        written.len(),
+        numbered_lines(0..LINES).len()
+    );
+}
+
+#[test]
+fn sigterm_mid_stream_keeps_every_acknowledged_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, port) = start_netcat_to_file(dir.path());
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    // Far more than gets through before the signal; the writer stops when the agent closes.
+    let sender = std::thread::spawn(move || {
+        for chunk in 0..1000 {
+            if writer
+                .write_all(&numbered_lines(chunk * 1000..(chunk + 1) * 1000))
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut reader = BufReader::new(stream);
+    let mut acks = 0;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) if line == "OK\n" => acks += 1,
+            Ok(_) => panic!("unexpected reply {line:?}"),
+        }
+        if acks == 20_000 {
+            agent.signal(Signal::SIGTERM);
+        }
+    }
+    let _ = sender.join();
+    let status = agent.wait(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}\n{}", agent.log());
+    assert!(acks >= 20_000, "only {acks} acknowledged");
+    let written = read_dir_concat(&dir.path().join("out"));
+    let text = String::from_utf8(written).unwrap();
+    let delivered: Vec<&str> = text.lines().collect();
+    assert!(
+        delivered.len() >= acks,
+        "{acks} lines acknowledged but only {} delivered",
+        delivered.len()
+    );
+    for (i, line) in delivered.iter().enumerate() {
+        assert_eq!(
+            *line,
+            format!("line-{i}"),
+            "line {i} out of order or duplicated"
+        );
+    }
+}
+
+/// What a test HTTP server received: the event bodies of every accepted request, in order.
+#[derive(Default)]
+struct Received {
+    bodies: Mutex<Vec<String>>,
+    requests: AtomicUsize,
+    refused: AtomicUsize,
+}
+
+/// A minimal HTTP/1.1 server (keep-alive, Content-Length bodies) that decodes the http sink's
+/// JSON batches. `respond(n)` gives the status for the n-th request (from 0); `delay` slows
+/// every request down.
+fn http_server(
+    respond: impl Fn(usize) -> u16 + Send + Sync + 'static,
+    delay: Duration,
+) -> (u16, Arc<Received>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received = Arc::new(Received::default());
+    let respond = Arc::new(respond);
+    let state = Arc::clone(&received);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let state = Arc::clone(&state);
+            let respond = Arc::clone(&respond);
+            std::thread::spawn(move || serve(stream, &state, &*respond, delay));
+        }
+    });
+    (port, received)
+}
+
+fn serve(stream: TcpStream, state: &Received, respond: &dyn Fn(usize) -> u16, delay: Duration) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut length = 0;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        std::thread::sleep(delay);
+        let n = state.requests.fetch_add(1, Ordering::SeqCst);
+        let status = respond(n);
+        if status == 200 {
+            let events: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
+            let mut bodies = state.bodies.lock().unwrap();
+            for event in events {
+                bodies.push(event["body"].as_str().unwrap().to_owned());
+            }
+        } else {
+            state.refused.fetch_add(1, Ordering::SeqCst);
+        }
+        let reply = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n");
+        if writer.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn seq_to_http(total: Option<usize>, http_port: u16, capacity: usize) -> String {
+    let total = total
+        .map(|t| format!("    total_events: {t}\n"))
+        .unwrap_or_default();
+    format!(
+        "\
+agent:
+  data_dir: ./state
+sources:
+  numbers:
+    type: seq
+    channels: [buffer]
+    batch_size: 100
+{total}channels:
+  buffer:
+    type: memory
+    capacity: {capacity}
+    transaction_capacity: 100
+sinks:
+  remote:
+    type: http
+    channel: buffer
+    batch_size: 100
+    endpoint: http://127.0.0.1:{http_port}/events
+"
+    )
+}
+
+fn assert_contiguous_from_zero(bodies: &[String]) {
+    for (i, body) in bodies.iter().enumerate() {
+        assert_eq!(
+            body,
+            &i.to_string(),
+            "event {i} lost, duplicated or reordered"
+        );
+    }
+}
+
+#[test]
+fn slow_sink_applies_backpressure_with_bounded_memory_and_no_loss() {
+    let (port, received) = http_server(|_| 200, Duration::from_millis(20));
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start(dir.path(), &seq_to_http(None, port, 1000));
+    wait_until(Duration::from_secs(30), "first deliveries", || {
+        received.requests.load(Ordering::SeqCst) >= 5
+    });
+    let mut peak = 0;
+    for _ in 0..40 {
+        peak = peak.max(agent.rss_kib());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let delivered_before_stop = received.bodies.lock().unwrap().len();
+    agent.signal(Signal::SIGTERM);
+    let status = agent.wait(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}\n{}", agent.log());
+    let bodies = received.bodies.lock().unwrap();
+    // An unbounded source against a 20 ms sink: without backpressure the agent would hold
+    // millions of events. With it, at most the channel's capacity plus one batch is pending.
+    assert!(
+        bodies.len() <= delivered_before_stop + 1000 + 2 * 100,
+        "{} delivered, {delivered_before_stop} before the stop: the source did not wait",
+        bodies.len()
+    );
+    assert!(peak < 150 * 1024, "resident memory peaked at {peak} KiB");
+    assert_contiguous_from_zero(&bodies);
+}
+
+#[test]
+fn failing_sink_rolls_back_and_retries_without_loss_or_reordering() {
+    // Every other request fails with a 500.
+    let (port, received) = http_server(|n| if n % 2 == 1 { 500 } else { 200 }, Duration::ZERO);
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start(dir.path(), &seq_to_http(Some(5000), port, 1000));
+    let status = agent.wait(Duration::from_secs(120));
+    assert!(status.success(), "{status:?}\n{}", agent.log());
+    let bodies = received.bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 5000);
+    assert_contiguous_from_zero(&bodies);
+    assert!(
+        received.refused.load(Ordering::SeqCst) >= 49,
+        "the sink did fail"
+    );
+}
