@@ -4,7 +4,13 @@
 //! Lines are put in batches of `batch_size`, or sooner when the oldest buffered line is
 //! `batch_timeout` old. When the command exits, the buffered lines are put; with `restart`
 //! the command is started again after `restart_throttle`. On shutdown the lines already read
-//! are put and the command is killed.
+//! are put and the command is stopped.
+//!
+//! The command runs in a process group of its own, so that stopping it reaches every process
+//! of a pipeline such as `tail -F app.log | grep ERROR`, not only the shell: on shutdown the
+//! group gets SIGTERM, and SIGKILL if it is still running after 5 seconds. (Flume only
+//! destroys the shell.) The group also keeps a Ctrl-C at the terminal from reaching the
+//! command before the agent has drained.
 //!
 //! Like Flume's, this source cannot resume: output produced while the agent is down, or read
 //! but not yet put when the agent dies, is not read again. Use `taildir` for files.
@@ -21,6 +27,9 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::lines::LineBuffer;
+
+/// How long a stopped command may take to exit after SIGTERM before it gets SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Options of the `exec` source.
 #[derive(Debug, Deserialize)]
@@ -98,12 +107,15 @@ impl ExecSource {
         Ok(Self { config, shell })
     }
 
-    fn spawn(&self) -> Result<Child, SourceError> {
+    fn spawn(&self) -> Result<RunningCommand, SourceError> {
         let (program, args) = self
             .shell
             .split_first()
             .ok_or_else(|| SourceError::Other("exec source: empty shell".into()))?;
-        Command::new(program)
+        let mut command = Command::new(program);
+        #[cfg(unix)]
+        command.process_group(0);
+        command
             .args(args)
             .arg(&self.config.command)
             .stdin(Stdio::null())
@@ -124,13 +136,15 @@ impl ExecSource {
                     e,
                 )
             })
+            .map(|child| RunningCommand { child })
     }
 
     /// Runs the command once, until its output ends or shutdown. Returns whether shutdown
     /// was signalled.
     async fn run_once(&self, ctx: &SourceContext) -> Result<bool, SourceError> {
         let command = &self.config.command;
-        let mut child = self.spawn()?;
+        let mut running = self.spawn()?;
+        let child = &mut running.child;
         tracing::info!(source = ctx.name(), command, "command started");
         let mut stdout = child
             .stdout
@@ -190,22 +204,66 @@ impl ExecSource {
             }
         };
         if shut_down {
-            if let Err(error) = child.kill().await {
-                tracing::warn!(source = ctx.name(), command, %error, "killing the command");
-            }
+            running.stop(ctx.name(), command).await;
         } else {
             pending.extend(lines.take_rest().map(Event::from_body));
         }
         for batch in crate::chunks(pending, size) {
             ctx.send(batch, None).await?;
         }
-        match child.wait().await {
+        match running.child.wait().await {
             Ok(status) => tracing::info!(source = ctx.name(), command, %status, "command exited"),
             Err(error) => {
                 tracing::warn!(source = ctx.name(), command, %error, "waiting for the command")
             }
         }
         Ok(shut_down)
+    }
+}
+
+/// A started command. Dropping it (when the source fails) kills its process group.
+struct RunningCommand {
+    child: Child,
+}
+
+impl RunningCommand {
+    /// Stops the command's processes: SIGTERM, then SIGKILL after [`STOP_GRACE`].
+    async fn stop(&mut self, source: &str, command: &str) {
+        #[cfg(unix)]
+        {
+            self.signal_group(nix::sys::signal::Signal::SIGTERM);
+            if tokio::time::timeout(STOP_GRACE, self.child.wait())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tracing::warn!(source, command, "command ignored SIGTERM; killing it");
+            self.signal_group(nix::sys::signal::Signal::SIGKILL);
+        }
+        if let Err(error) = self.child.kill().await {
+            tracing::warn!(source, command, %error, "killing the command");
+        }
+    }
+
+    /// Signals every process of the command's group, while the command has not been reaped
+    /// (after that its id, and so the group id, may belong to someone else).
+    #[cfg(unix)]
+    fn signal_group(&self, signal: nix::sys::signal::Signal) {
+        let Some(id) = self.child.id().and_then(|id| i32::try_from(id).ok()) else {
+            return;
+        };
+        // killpg of 0 or 1 would reach far more than the command.
+        if id > 1 {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(id), signal);
+        }
+    }
+}
+
+impl Drop for RunningCommand {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        self.signal_group(nix::sys::signal::Signal::SIGKILL);
     }
 }
 
@@ -279,6 +337,36 @@ mod tests {
             !std::path::Path::new(&format!("/proc/{pid}")).exists(),
             "process {pid} still exists"
         );
+    }
+
+    /// Whether process `pid` runs (a zombie waiting for its parent to reap it does not).
+    fn alive(pid: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|stat| {
+                let state = stat.rsplit(')').next().unwrap_or_default().trim_start();
+                !state.starts_with('Z')
+            })
+            .unwrap_or(false)
+    }
+
+    #[tokio::test]
+    async fn stops_every_process_of_the_command_on_shutdown() {
+        let channel = TestChannel::new(100, 100);
+        let (ctx, shutdown) = context(&channel);
+        let source = build("command: sleep 30 & echo $!; wait\nbatch_timeout: 10ms");
+        let task = tokio::spawn(source.run(ctx));
+        channel.wait_for(1).await;
+        let background = channel.bodies()[0].clone();
+        assert!(alive(&background));
+        shutdown.trigger();
+        task.await.unwrap().unwrap();
+        for _ in 0..200 {
+            if !alive(&background) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("background process {background} of the command survived");
     }
 
     #[tokio::test]
