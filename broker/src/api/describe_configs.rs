@@ -1,0 +1,198 @@
+//! DescribeConfigs: topic configs (overrides and defaults) and the broker's static settings.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::{
+    ApiKey, DescribeConfigsRequest, DescribeConfigsResponse, RequestHeader,
+};
+use kafka_protocol::protocol::{StrBytes, VersionRange};
+
+use super::{Context, Handler};
+use crate::topic_config::{LogConfig, TOPIC_CONFIGS};
+
+pub(super) struct DescribeConfigs;
+
+/// Kafka's resource types.
+pub(super) const TOPIC: i8 = 2;
+pub(super) const BROKER: i8 = 4;
+
+/// Kafka's config sources.
+const TOPIC_CONFIG: i8 = 1;
+const STATIC_BROKER_CONFIG: i8 = 4;
+
+/// Kafka's config types.
+const BOOLEAN: i8 = 1;
+const STRING: i8 = 2;
+const INT: i8 = 3;
+const LONG: i8 = 5;
+const LIST: i8 = 7;
+
+/// One config value as described to clients.
+pub(super) struct ConfigEntry {
+    pub(super) name: &'static str,
+    pub(super) value: String,
+    pub(super) source: i8,
+    pub(super) config_type: i8,
+    pub(super) read_only: bool,
+}
+
+fn topic_config_type(name: &str) -> i8 {
+    match name {
+        "cleanup.policy" => LIST,
+        "compression.type" | "message.timestamp.type" => STRING,
+        "index.interval.bytes" | "max.message.bytes" | "segment.bytes" => INT,
+        _ => LONG,
+    }
+}
+
+/// Every topic config with its effective value given these overrides.
+pub(super) fn topic_entries(
+    ctx: &Context,
+    overrides: &BTreeMap<String, String>,
+) -> Vec<ConfigEntry> {
+    let broker = ctx.topics.broker_config();
+    let effective = LogConfig::resolve(broker, overrides)
+        .or_else(|_| LogConfig::resolve(broker, &BTreeMap::new()));
+    let Ok(effective) = effective else {
+        return Vec::new();
+    };
+    TOPIC_CONFIGS
+        .iter()
+        .filter_map(|(name, _)| {
+            Some(ConfigEntry {
+                name,
+                value: effective.value_of(name)?,
+                source: if overrides.contains_key(*name) {
+                    TOPIC_CONFIG
+                } else {
+                    STATIC_BROKER_CONFIG
+                },
+                config_type: topic_config_type(name),
+                read_only: false,
+            })
+        })
+        .collect()
+}
+
+fn broker_entries(ctx: &Context) -> Vec<ConfigEntry> {
+    let c = ctx.topics.broker_config();
+    let optional = |v: Option<i64>| v.unwrap_or(i64::MAX).to_string();
+    let entry = |name, value: String, config_type| ConfigEntry {
+        name,
+        value,
+        source: STATIC_BROKER_CONFIG,
+        config_type,
+        read_only: true,
+    };
+    vec![
+        entry(
+            "auto.create.topics.enable",
+            c.auto_create_topics_enable.to_string(),
+            BOOLEAN,
+        ),
+        entry(
+            "log.flush.interval.messages",
+            optional(c.log_flush_interval_messages),
+            LONG,
+        ),
+        entry(
+            "log.flush.interval.ms",
+            optional(c.log_flush_interval_ms),
+            LONG,
+        ),
+        entry(
+            "log.index.interval.bytes",
+            c.log_index_interval_bytes.to_string(),
+            INT,
+        ),
+        entry(
+            "log.retention.bytes",
+            c.log_retention_bytes.to_string(),
+            LONG,
+        ),
+        entry(
+            "log.retention.check.interval.ms",
+            c.log_retention_check_interval_ms.to_string(),
+            LONG,
+        ),
+        entry("log.retention.ms", c.log_retention_ms.to_string(), LONG),
+        entry("log.roll.ms", c.log_roll_ms.to_string(), LONG),
+        entry("log.segment.bytes", c.log_segment_bytes.to_string(), INT),
+        entry("message.max.bytes", c.message_max_bytes.to_string(), INT),
+        entry("node.id", c.node_id.to_string(), INT),
+        entry("num.partitions", c.num_partitions.to_string(), INT),
+        entry(
+            "socket.request.max.bytes",
+            c.socket_request_max_bytes.to_string(),
+            INT,
+        ),
+    ]
+}
+
+impl Handler for DescribeConfigs {
+    const KEY: ApiKey = ApiKey::DescribeConfigs;
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    type Request = DescribeConfigsRequest;
+    type Response = DescribeConfigsResponse;
+
+    async fn handle(
+        ctx: &Arc<Context>,
+        _: &RequestHeader,
+        request: DescribeConfigsRequest,
+    ) -> Option<DescribeConfigsResponse> {
+        let results = request
+            .resources
+            .into_iter()
+            .map(|resource| {
+                let result = DescribeConfigsResult::default()
+                    .with_resource_type(resource.resource_type)
+                    .with_resource_name(resource.resource_name.clone());
+                let entries = match resource.resource_type {
+                    TOPIC => match ctx.topics.get(&resource.resource_name) {
+                        Some(topic) => topic_entries(ctx, &topic.configs),
+                        None => {
+                            return result
+                                .with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                        }
+                    },
+                    BROKER
+                        if resource.resource_name.is_empty()
+                            || *resource.resource_name == *ctx.node_id.to_string() =>
+                    {
+                        broker_entries(ctx)
+                    }
+                    _ => {
+                        return result
+                            .with_error_code(ResponseError::InvalidRequest.code())
+                            .with_error_message(Some(StrBytes::from_static_str(
+                                "unknown resource",
+                            )));
+                    }
+                };
+                let configs = entries
+                    .into_iter()
+                    .filter(|e| {
+                        resource.configuration_keys.as_ref().is_none_or(|keys| {
+                            keys.is_empty() || keys.iter().any(|k| **k == *e.name)
+                        })
+                    })
+                    .map(|e| {
+                        DescribeConfigsResourceResult::default()
+                            .with_name(StrBytes::from_static_str(e.name))
+                            .with_value(Some(StrBytes::from_string(e.value)))
+                            .with_read_only(e.read_only)
+                            .with_config_source(e.source)
+                            .with_config_type(e.config_type)
+                    })
+                    .collect();
+                result.with_configs(configs)
+            })
+            .collect();
+        Some(DescribeConfigsResponse::default().with_results(results))
+    }
+}

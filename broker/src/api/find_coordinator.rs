@@ -1,0 +1,71 @@
+//! FindCoordinator: this broker coordinates every consumer group. Transactions have no
+//! coordinator yet (COORDINATOR_NOT_AVAILABLE).
+//!
+//! Besides being the first step of the group protocol, librdkafka only enables LZ4 compression
+//! against brokers that advertise this API.
+
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestHeader,
+};
+use kafka_protocol::protocol::{StrBytes, VersionRange};
+
+use super::{Context, Handler};
+
+pub(super) struct FindCoordinator;
+
+/// Versions from 4 on look up several keys at once.
+const BATCHED_FROM: i16 = 4;
+const GROUP: i8 = 0;
+
+fn coordinator(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
+    let found = Coordinator::default().with_key(key);
+    if key_type == GROUP {
+        found
+            .with_node_id(BrokerId(ctx.node_id))
+            .with_host(ctx.host())
+            .with_port(ctx.port)
+    } else {
+        found
+            .with_node_id(BrokerId(-1))
+            .with_port(-1)
+            .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+            .with_error_message(Some(StrBytes::from_static_str(
+                "transactions are not supported yet",
+            )))
+    }
+}
+
+impl Handler for FindCoordinator {
+    const KEY: ApiKey = ApiKey::FindCoordinator;
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
+    type Request = FindCoordinatorRequest;
+    type Response = FindCoordinatorResponse;
+
+    async fn handle(
+        ctx: &Arc<Context>,
+        header: &RequestHeader,
+        request: FindCoordinatorRequest,
+    ) -> Option<FindCoordinatorResponse> {
+        if header.request_api_version >= BATCHED_FROM {
+            let coordinators = request
+                .coordinator_keys
+                .into_iter()
+                .map(|key| coordinator(ctx, key, request.key_type))
+                .collect();
+            return Some(FindCoordinatorResponse::default().with_coordinators(coordinators));
+        }
+        let found = coordinator(ctx, request.key, request.key_type);
+        Some(
+            FindCoordinatorResponse::default()
+                .with_error_code(found.error_code)
+                .with_error_message(found.error_message)
+                .with_node_id(found.node_id)
+                .with_host(found.host)
+                .with_port(found.port),
+        )
+    }
+}

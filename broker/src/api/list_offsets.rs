@@ -1,0 +1,69 @@
+//! ListOffsets: earliest (-2), latest (-1), or the first offset at or after a timestamp.
+
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse, RequestHeader};
+use kafka_protocol::protocol::VersionRange;
+
+use super::{Context, Handler};
+
+pub(super) struct ListOffsets;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+
+impl Handler for ListOffsets {
+    const KEY: ApiKey = ApiKey::ListOffsets;
+    // v7 adds the max-timestamp query (-3), not implemented.
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 6 };
+    type Request = ListOffsetsRequest;
+    type Response = ListOffsetsResponse;
+
+    async fn handle(
+        ctx: &Arc<Context>,
+        _: &RequestHeader,
+        request: ListOffsetsRequest,
+    ) -> Option<ListOffsetsResponse> {
+        let topics = request
+            .topics
+            .into_iter()
+            .map(|wanted| {
+                let topic = ctx.topics.get(&wanted.name);
+                let partitions = wanted
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let response = ListOffsetsPartitionResponse::default()
+                            .with_partition_index(p.partition_index)
+                            .with_timestamp(-1)
+                            .with_offset(-1);
+                        let Some(partition) = topic.as_ref().and_then(|t| t.partition(p.partition_index)) else {
+                            return response.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                        };
+                        let log = partition.log();
+                        match p.timestamp {
+                            LATEST => response.with_offset(log.log_end_offset()),
+                            EARLIEST => response.with_offset(log.log_start_offset()),
+                            ts if ts < 0 => response.with_error_code(ResponseError::InvalidRequest.code()),
+                            ts => match log.offset_for_timestamp(ts) {
+                                Ok(Some(found)) => response.with_timestamp(found.timestamp).with_offset(found.offset),
+                                Ok(None) => response,
+                                Err(e) => {
+                                    tracing::error!(topic = %wanted.name.0, partition = p.partition_index, error = %e, "timestamp lookup failed");
+                                    response.with_error_code(ResponseError::KafkaStorageError.code())
+                                }
+                            },
+                        }
+                        .with_leader_epoch(0)
+                    })
+                    .collect();
+                ListOffsetsTopicResponse::default().with_name(wanted.name).with_partitions(partitions)
+            })
+            .collect();
+        Some(ListOffsetsResponse::default().with_topics(topics))
+    }
+}

@@ -1,0 +1,195 @@
+//! One handler per Kafka API, routed by api key.
+//!
+//! [`ROUTES`] is the single list of what this broker serves: the connection dispatches through
+//! it and ApiVersions answers from it, so the broker can never advertise an API or a version it
+//! does not handle. Adding an API (JoinGroup, SyncGroup, OffsetCommit, InitProducerId, ...) is a
+//! new module with a [`Handler`] impl and one line in [`ROUTES`].
+
+mod api_versions;
+mod create_partitions;
+mod create_topics;
+mod delete_topics;
+mod describe_cluster;
+mod describe_configs;
+mod fetch;
+mod find_coordinator;
+mod incremental_alter_configs;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes, VersionRange};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::topics::Topics;
+
+pub(crate) use api_versions::unsupported_version_response;
+
+/// What every handler can reach: the topics and broker-wide facts.
+pub(crate) struct Context {
+    pub(crate) topics: Topics,
+    /// Woken after every append, for long-polling fetches.
+    pub(crate) appended: Notify,
+    /// Cancelled when the broker shuts down.
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) node_id: i32,
+    pub(crate) host: String,
+    pub(crate) port: i32,
+    pub(crate) cluster_id: String,
+}
+
+impl Context {
+    /// The cluster id as a protocol string.
+    pub(crate) fn cluster_id(&self) -> StrBytes {
+        StrBytes::from_string(self.cluster_id.clone())
+    }
+
+    /// The advertised host as a protocol string.
+    pub(crate) fn host(&self) -> StrBytes {
+        StrBytes::from_string(self.host.clone())
+    }
+}
+
+/// Failure to serve one request; the connection is closed after it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApiError {
+    #[error("cannot decode {api:?} v{version} request: {reason}")]
+    Decode {
+        api: ApiKey,
+        version: i16,
+        reason: String,
+    },
+    #[error("cannot encode {api:?} v{version} response: {reason}")]
+    Encode {
+        api: ApiKey,
+        version: i16,
+        reason: String,
+    },
+}
+
+/// The handler of one Kafka API.
+pub(crate) trait Handler {
+    /// The API served.
+    const KEY: ApiKey;
+    /// The versions served (a sub-range of what the codec knows).
+    const VERSIONS: VersionRange;
+    type Request: Decodable + Send;
+    type Response: Encodable + Send;
+    /// Serves a request; `None` sends no response (Produce with acks=0).
+    fn handle(
+        ctx: &Arc<Context>,
+        header: &RequestHeader,
+        request: Self::Request,
+    ) -> impl Future<Output = Option<Self::Response>> + Send;
+}
+
+type Reply<'a> = Pin<Box<dyn Future<Output = Result<Option<Bytes>, ApiError>> + Send + 'a>>;
+
+/// A routing table entry.
+pub(crate) struct Route {
+    pub(crate) key: ApiKey,
+    pub(crate) versions: VersionRange,
+    call: for<'a> fn(&'a Arc<Context>, RequestHeader, Bytes) -> Reply<'a>,
+}
+
+impl Route {
+    /// Decodes `body`, runs the handler and returns the encoded response frame, if any.
+    pub(crate) fn call<'a>(
+        &self,
+        ctx: &'a Arc<Context>,
+        header: RequestHeader,
+        body: Bytes,
+    ) -> Reply<'a> {
+        (self.call)(ctx, header, body)
+    }
+}
+
+const fn route<H: Handler + 'static>() -> Route {
+    Route {
+        key: H::KEY,
+        versions: H::VERSIONS,
+        call: serve::<H>,
+    }
+}
+
+/// Every API this broker serves. KIP-848 consumer group APIs are deliberately absent.
+pub(crate) const ROUTES: &[Route] = &[
+    route::<produce::Produce>(),
+    route::<fetch::Fetch>(),
+    route::<list_offsets::ListOffsets>(),
+    route::<find_coordinator::FindCoordinator>(),
+    route::<metadata::Metadata>(),
+    route::<api_versions::ApiVersions>(),
+    route::<create_topics::CreateTopics>(),
+    route::<delete_topics::DeleteTopics>(),
+    route::<describe_configs::DescribeConfigs>(),
+    route::<create_partitions::CreatePartitions>(),
+    route::<incremental_alter_configs::IncrementalAlterConfigs>(),
+    route::<describe_cluster::DescribeCluster>(),
+];
+
+/// The route for an api key, if served.
+pub(crate) fn route_for(key: i16) -> Option<&'static Route> {
+    ROUTES.iter().find(|r| r.key as i16 == key)
+}
+
+fn serve<'a, H: Handler + 'static>(
+    ctx: &'a Arc<Context>,
+    header: RequestHeader,
+    mut body: Bytes,
+) -> Reply<'a> {
+    Box::pin(async move {
+        let version = header.request_api_version;
+        let request = H::Request::decode(&mut body, version).map_err(|e| ApiError::Decode {
+            api: H::KEY,
+            version,
+            reason: e.to_string(),
+        })?;
+        let correlation_id = header.correlation_id;
+        let Some(response) = H::handle(ctx, &header, request).await else {
+            return Ok(None);
+        };
+        encode_response(H::KEY, version, correlation_id, &response).map(Some)
+    })
+}
+
+/// A whole response frame: size, header (in the version the API mandates), body.
+pub(crate) fn encode_response<R: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    response: &R,
+) -> Result<Bytes, ApiError> {
+    let header_version = api.response_header_version(version);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let size = header
+        .compute_size(header_version)
+        .map_err(encode_error(api, version))?
+        + response
+            .compute_size(version)
+            .map_err(encode_error(api, version))?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.put_u32(size as u32);
+    header
+        .encode(&mut buf, header_version)
+        .map_err(encode_error(api, version))?;
+    response
+        .encode(&mut buf, version)
+        .map_err(encode_error(api, version))?;
+    Ok(buf.freeze())
+}
+
+fn encode_error<E: std::fmt::Display>(api: ApiKey, version: i16) -> impl Fn(E) -> ApiError {
+    move |e| ApiError::Encode {
+        api,
+        version,
+        reason: e.to_string(),
+    }
+}

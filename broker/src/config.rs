@@ -1,0 +1,82 @@
+//! Broker settings. Each field maps to the Apache Kafka broker property named in its doc, with
+//! Kafka's default; `log_*` settings are the broker-wide defaults that topic configs override.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// Settings of the bundled broker, as written in the agent's `broker:` YAML section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BrokerConfig {
+    /// Address to listen on (Kafka `listeners`). Default `127.0.0.1:9092`; port 0 picks a free
+    /// port, see [`crate::BrokerHandle::local_addr`].
+    pub listen: SocketAddr,
+    /// `host:port` given to clients in metadata (Kafka `advertised.listeners`). Default: the
+    /// bound listen address.
+    pub advertised_listener: Option<String>,
+    /// Directory holding the partition logs and the metadata database (Kafka `log.dirs`).
+    /// Default `./var/broker`.
+    pub data_dir: PathBuf,
+    /// Id of this broker in metadata responses (Kafka `node.id`). Default 0.
+    pub node_id: i32,
+    /// Partitions of an auto-created topic (Kafka `num.partitions`). Default 1.
+    pub num_partitions: i32,
+    /// Create a topic on first Metadata/Produce request naming it (Kafka
+    /// `auto.create.topics.enable`). Default true.
+    pub auto_create_topics_enable: bool,
+    /// Size at which a new segment is rolled (Kafka `log.segment.bytes`, topic `segment.bytes`).
+    /// Default 1 GiB.
+    pub log_segment_bytes: u64,
+    /// Age at which a new segment is rolled (Kafka `log.roll.ms`, topic `segment.ms`). Default 7
+    /// days.
+    pub log_roll_ms: i64,
+    /// Segments whose newest record is older than this are deleted (Kafka `log.retention.ms`,
+    /// topic `retention.ms`); -1 keeps them forever. Default 7 days.
+    pub log_retention_ms: i64,
+    /// Oldest segments are deleted while a partition is larger than this (Kafka
+    /// `log.retention.bytes`, topic `retention.bytes`); -1 means no limit. Default -1.
+    pub log_retention_bytes: i64,
+    /// How often retention is enforced (Kafka `log.retention.check.interval.ms`). Default 5
+    /// minutes.
+    pub log_retention_check_interval_ms: u64,
+    /// Bytes of log between two entries of the sparse offset and time indexes (Kafka
+    /// `log.index.interval.bytes`, topic `index.interval.bytes`). Default 4096.
+    pub log_index_interval_bytes: u32,
+    /// Largest record batch accepted (Kafka `message.max.bytes`, topic `max.message.bytes`);
+    /// larger batches get MESSAGE_TOO_LARGE. Default 1048588.
+    pub message_max_bytes: i32,
+    /// Largest request accepted; a larger frame closes the connection before it is read (Kafka
+    /// `socket.request.max.bytes`). Default 104857600 (100 MiB).
+    pub socket_request_max_bytes: i32,
+    /// Fsync a partition after this many records (Kafka `log.flush.interval.messages`, topic
+    /// `flush.messages`). Default: never; the page cache and the OS decide.
+    pub log_flush_interval_messages: Option<i64>,
+    /// Fsync a partition when its last fsync is older than this (Kafka `log.flush.interval.ms`,
+    /// topic `flush.ms`). Default: never.
+    pub log_flush_interval_ms: Option<i64>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            advertised_listener: None,
+            data_dir: PathBuf::from("./var/broker"),
+            node_id: 0,
+            num_partitions: 1,
+            auto_create_topics_enable: true,
+            log_segment_bytes: 1 << 30,
+            log_roll_ms: 7 * 24 * 3600 * 1000,
+            log_retention_ms: 7 * 24 * 3600 * 1000,
+            log_retention_bytes: -1,
+            log_retention_check_interval_ms: 300_000,
+            log_index_interval_bytes: 4096,
+            message_max_bytes: 1_048_588,
+            socket_request_max_bytes: 104_857_600,
+            log_flush_interval_messages: None,
+            log_flush_interval_ms: None,
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The bundled single-node broker that speaks the Kafka wire protocol, so that any Kafka client
+//! can produce to and consume from it.
+//!
+//! - [`server`](Broker::start): listener, connections, background retention, shutdown.
+//! - `connection`: framing and request order; `api`: one handler per Kafka API.
+//! - `topics` and `catalog`: the topics, their configs in SQLite; `log`: the partition log on
+//!   disk, laid out as Kafka lays it out.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), ferry_broker::BrokerError> {
+//! let config = ferry_broker::BrokerConfig { data_dir: "./var/broker".into(), ..Default::default() };
+//! let broker = ferry_broker::Broker::start(config).await?;
+//! println!("listening on {}", broker.local_addr());
+//! broker.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod catalog;
+mod config;
+mod connection;
+mod log;
+mod server;
+mod topic_config;
+mod topics;
+
+pub use catalog::CatalogError;
+pub use config::BrokerConfig;
+pub use log::StorageError;
+pub use log::batch::BatchError;
+pub use server::{Broker, BrokerError, BrokerHandle};

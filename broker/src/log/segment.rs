@@ -1,0 +1,436 @@
+//! One segment: a `.log` file of record batches and its sparse `.index` and `.timeindex`.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use super::StorageError;
+use super::batch::{self, BatchHeader, HEADER_LEN};
+
+const INDEX_ENTRY: usize = 8;
+const TIME_ENTRY: usize = 12;
+
+/// A segment file name: the base offset padded to 20 digits, as Kafka names them.
+pub(crate) fn file_name(base_offset: i64, extension: &str) -> String {
+    format!("{base_offset:020}.{extension}")
+}
+
+/// What a scan of an existing segment found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Recovery {
+    /// Bytes cut off the end because they were not a whole, valid batch.
+    pub(crate) truncated_bytes: u64,
+}
+
+/// A segment of a partition log. The last segment of a log is the active one, appended to.
+pub(crate) struct Segment {
+    base_offset: i64,
+    log_path: PathBuf,
+    log: Arc<File>,
+    index: File,
+    time_index: File,
+    /// Bytes of whole batches in the `.log` file.
+    size: u64,
+    /// Offset after the last batch (the base offset when empty).
+    next_offset: i64,
+    /// (offset relative to base, file position) of a batch's last record, every
+    /// index.interval.bytes.
+    index_entries: Vec<(u32, u32)>,
+    /// (max timestamp so far, relative offset) whenever the max timestamp grew at an index point.
+    time_entries: Vec<(i64, u32)>,
+    bytes_since_index: u64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    /// Wall clock (ms) when this segment got its first batch, for `segment.ms`.
+    created_ms: i64,
+    /// index.interval.bytes in force.
+    index_interval: u64,
+}
+
+fn io_err(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> StorageError {
+    let path = path.to_path_buf();
+    move |source| StorageError::Io {
+        path,
+        action,
+        source,
+    }
+}
+
+impl Segment {
+    /// Creates the three empty files of a new segment starting at `base_offset`.
+    pub(crate) fn create(
+        dir: &Path,
+        base_offset: i64,
+        now_ms: i64,
+    ) -> Result<Segment, StorageError> {
+        let mut segment = Segment::open_files(dir, base_offset, true)?;
+        segment.created_ms = now_ms;
+        Ok(segment)
+    }
+
+    fn open_files(dir: &Path, base_offset: i64, create: bool) -> Result<Segment, StorageError> {
+        let log_path = dir.join(file_name(base_offset, "log"));
+        let open = |path: &Path| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(create)
+                .truncate(false)
+                .open(path)
+                .map_err(io_err(path, "open"))
+        };
+        let log = open(&log_path)?;
+        let index = open(&dir.join(file_name(base_offset, "index")))?;
+        let time_index = open(&dir.join(file_name(base_offset, "timeindex")))?;
+        Ok(Segment {
+            base_offset,
+            log_path,
+            log: Arc::new(log),
+            index,
+            time_index,
+            size: 0,
+            next_offset: base_offset,
+            index_entries: Vec::new(),
+            time_entries: Vec::new(),
+            bytes_since_index: 0,
+            max_timestamp: -1,
+            offset_of_max_timestamp: base_offset,
+            created_ms: 0,
+            index_interval: 4096,
+        })
+    }
+
+    /// Opens an existing segment, walking its batches to rebuild the indexes. With `verify`
+    /// (the active segment) every batch's CRC is checked; a torn or corrupt tail is truncated.
+    pub(crate) fn open(
+        dir: &Path,
+        base_offset: i64,
+        verify: bool,
+        index_interval_bytes: u32,
+        now_ms: i64,
+    ) -> Result<(Segment, Recovery), StorageError> {
+        let mut segment = Segment::open_files(dir, base_offset, true)?;
+        segment.index_interval = u64::from(index_interval_bytes);
+        let file_len = segment
+            .log
+            .metadata()
+            .map_err(io_err(&segment.log_path, "stat"))?
+            .len();
+        let mut position = 0u64;
+        let mut header_buf = [0u8; HEADER_LEN];
+        let mut batch_buf = Vec::new();
+        while position < file_len {
+            let remaining = file_len - position;
+            if remaining < HEADER_LEN as u64 {
+                break;
+            }
+            if segment
+                .log
+                .read_exact_at(&mut header_buf, position)
+                .is_err()
+            {
+                break;
+            }
+            let header = match batch::parse_header(&header_buf) {
+                Ok(header) if (header.size as u64) <= remaining => header,
+                _ => break,
+            };
+            if verify {
+                batch_buf.resize(header.size, 0);
+                if segment.log.read_exact_at(&mut batch_buf, position).is_err()
+                    || batch::validate(&batch_buf).is_err()
+                {
+                    break;
+                }
+            }
+            if header.base_offset < segment.next_offset {
+                // Offsets must grow; anything else is garbage left by a crash.
+                break;
+            }
+            segment.size = position;
+            segment.track(&header, position, &mut Vec::new(), &mut Vec::new());
+            position += header.size as u64;
+            segment.size = position;
+        }
+        let truncated_bytes = file_len - segment.size;
+        if truncated_bytes > 0 {
+            segment
+                .log
+                .set_len(segment.size)
+                .map_err(io_err(&segment.log_path, "truncate"))?;
+        }
+        segment.rewrite_indexes()?;
+        segment.created_ms = if segment.size == 0 {
+            now_ms
+        } else {
+            segment.first_timestamp_or(now_ms)
+        };
+        Ok((segment, Recovery { truncated_bytes }))
+    }
+
+    fn first_timestamp_or(&self, now_ms: i64) -> i64 {
+        let mut header = [0u8; HEADER_LEN];
+        match self.log.read_exact_at(&mut header, 0) {
+            Ok(()) => batch::parse_header(&header).map_or(now_ms, |h| h.max_timestamp.min(now_ms)),
+            Err(_) => now_ms,
+        }
+    }
+
+    fn rewrite_indexes(&mut self) -> Result<(), StorageError> {
+        let mut index = Vec::with_capacity(self.index_entries.len() * INDEX_ENTRY);
+        for (relative, position) in &self.index_entries {
+            index.extend_from_slice(&relative.to_be_bytes());
+            index.extend_from_slice(&position.to_be_bytes());
+        }
+        let mut time = Vec::with_capacity(self.time_entries.len() * TIME_ENTRY);
+        for (timestamp, relative) in &self.time_entries {
+            time.extend_from_slice(&timestamp.to_be_bytes());
+            time.extend_from_slice(&relative.to_be_bytes());
+        }
+        let index_path = self.log_path.with_extension("index");
+        let time_path = self.log_path.with_extension("timeindex");
+        self.index
+            .set_len(0)
+            .map_err(io_err(&index_path, "truncate"))?;
+        self.index
+            .write_all_at(&index, 0)
+            .map_err(io_err(&index_path, "write"))?;
+        self.time_index
+            .set_len(0)
+            .map_err(io_err(&time_path, "truncate"))?;
+        self.time_index
+            .write_all_at(&time, 0)
+            .map_err(io_err(&time_path, "write"))?;
+        Ok(())
+    }
+
+    /// Updates offsets, timestamps and index entries for a batch written at `position`;
+    /// the new index entries' bytes are added to `index_out`/`time_out`.
+    fn track(
+        &mut self,
+        header: &BatchHeader,
+        position: u64,
+        index_out: &mut Vec<u8>,
+        time_out: &mut Vec<u8>,
+    ) {
+        if header.max_timestamp > self.max_timestamp {
+            self.max_timestamp = header.max_timestamp;
+            self.offset_of_max_timestamp = header.last_offset();
+        }
+        let relative = (header.last_offset() - self.base_offset) as u32;
+        if self.bytes_since_index > 0 && self.bytes_since_index >= self.index_interval {
+            self.index_entries.push((relative, position as u32));
+            index_out.extend_from_slice(&relative.to_be_bytes());
+            index_out.extend_from_slice(&(position as u32).to_be_bytes());
+            let time_relative = (self.offset_of_max_timestamp - self.base_offset) as u32;
+            if self
+                .time_entries
+                .last()
+                .is_none_or(|(ts, _)| self.max_timestamp > *ts)
+            {
+                self.time_entries.push((self.max_timestamp, time_relative));
+                time_out.extend_from_slice(&self.max_timestamp.to_be_bytes());
+                time_out.extend_from_slice(&time_relative.to_be_bytes());
+            }
+            self.bytes_since_index = 0;
+        }
+        self.bytes_since_index += header.size as u64;
+        self.next_offset = header.last_offset() + 1;
+    }
+
+    /// Appends already validated batches with assigned offsets (`headers` gives each batch's
+    /// start in `bytes`), writing to the page cache.
+    pub(crate) fn append(
+        &mut self,
+        bytes: &[u8],
+        headers: &[(usize, BatchHeader)],
+        index_interval_bytes: u32,
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
+        if self.size == 0 {
+            self.created_ms = now_ms;
+        }
+        self.log
+            .write_all_at(bytes, self.size)
+            .map_err(io_err(&self.log_path, "append to"))?;
+        let mut index_out = Vec::new();
+        let mut time_out = Vec::new();
+        self.index_interval = u64::from(index_interval_bytes);
+        for (start, header) in headers {
+            self.track(
+                header,
+                self.size + *start as u64,
+                &mut index_out,
+                &mut time_out,
+            );
+        }
+        if !index_out.is_empty() {
+            let at = ((self.index_entries.len() * INDEX_ENTRY) - index_out.len()) as u64;
+            self.index
+                .write_all_at(&index_out, at)
+                .map_err(io_err(&self.log_path.with_extension("index"), "append to"))?;
+        }
+        if !time_out.is_empty() {
+            let at = ((self.time_entries.len() * TIME_ENTRY) - time_out.len()) as u64;
+            self.time_index.write_all_at(&time_out, at).map_err(io_err(
+                &self.log_path.with_extension("timeindex"),
+                "append to",
+            ))?;
+        }
+        self.size += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Offset of the first batch; segment files are named after it.
+    pub(crate) fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+
+    /// Offset after the last batch.
+    pub(crate) fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+
+    /// Bytes in the `.log` file.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Largest batch timestamp, -1 when empty.
+    pub(crate) fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+
+    /// When the first batch was appended (ms since the epoch).
+    pub(crate) fn created_ms(&self) -> i64 {
+        self.created_ms
+    }
+
+    /// Position of the batch containing `offset`, if this segment holds it.
+    fn position_of(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>, StorageError> {
+        if offset < self.base_offset || offset >= self.next_offset {
+            return Ok(None);
+        }
+        let relative = (offset - self.base_offset) as u32;
+        // Largest index entry at or below the target; the batch there ends at or before it.
+        let slot = self
+            .index_entries
+            .partition_point(|(rel, _)| *rel <= relative);
+        let mut position = if slot == 0 {
+            0
+        } else {
+            u64::from(self.index_entries[slot - 1].1)
+        };
+        let mut header_buf = [0u8; HEADER_LEN];
+        while position < self.size {
+            self.log
+                .read_exact_at(&mut header_buf, position)
+                .map_err(io_err(&self.log_path, "read"))?;
+            let header =
+                batch::parse_header(&header_buf).map_err(|source| StorageError::Corrupt {
+                    path: self.log_path.clone(),
+                    position,
+                    source,
+                })?;
+            if header.last_offset() >= offset {
+                return Ok(Some((position, header)));
+            }
+            position += header.size as u64;
+        }
+        Ok(None)
+    }
+
+    /// Whole batches from the one containing `offset`, at most `max_bytes` of them unless the
+    /// first alone is larger (then just that one, so a consumer always makes progress).
+    pub(crate) fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, StorageError> {
+        let Some((position, first)) = self.position_of(offset)? else {
+            return Ok(Bytes::new());
+        };
+        let available = (self.size - position) as usize;
+        let want = available.min(max_bytes.max(first.size));
+        let mut buf = BytesMut::zeroed(want);
+        self.log
+            .read_exact_at(&mut buf, position)
+            .map_err(io_err(&self.log_path, "read"))?;
+        // Keep only whole batches.
+        let mut end = 0;
+        while let Ok(Some(size)) = batch::batch_size(&buf[end..]) {
+            if end + size > buf.len() {
+                break;
+            }
+            end += size;
+        }
+        buf.truncate(end);
+        Ok(buf.freeze())
+    }
+
+    /// The first batch (offset, header, bytes) whose max timestamp is at or after `timestamp`.
+    pub(crate) fn batch_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<(u64, BatchHeader, Bytes)>, StorageError> {
+        if self.max_timestamp < timestamp {
+            return Ok(None);
+        }
+        // Largest time index entry below the target: everything before its offset is older.
+        let slot = self.time_entries.partition_point(|(ts, _)| *ts < timestamp);
+        let start_offset = if slot == 0 {
+            self.base_offset
+        } else {
+            self.base_offset + i64::from(self.time_entries[slot - 1].1)
+        };
+        let Some((mut position, _)) = self.position_of(start_offset)? else {
+            return Ok(None);
+        };
+        let mut header_buf = [0u8; HEADER_LEN];
+        while position < self.size {
+            self.log
+                .read_exact_at(&mut header_buf, position)
+                .map_err(io_err(&self.log_path, "read"))?;
+            let header =
+                batch::parse_header(&header_buf).map_err(|source| StorageError::Corrupt {
+                    path: self.log_path.clone(),
+                    position,
+                    source,
+                })?;
+            if header.max_timestamp >= timestamp {
+                let mut buf = BytesMut::zeroed(header.size);
+                self.log
+                    .read_exact_at(&mut buf, position)
+                    .map_err(io_err(&self.log_path, "read"))?;
+                return Ok(Some((position, header, buf.freeze())));
+            }
+            position += header.size as u64;
+        }
+        Ok(None)
+    }
+
+    /// Fsyncs the log and its indexes.
+    pub(crate) fn flush(&self) -> Result<(), StorageError> {
+        self.log
+            .sync_data()
+            .map_err(io_err(&self.log_path, "fsync"))?;
+        self.index
+            .sync_data()
+            .map_err(io_err(&self.log_path.with_extension("index"), "fsync"))?;
+        self.time_index
+            .sync_data()
+            .map_err(io_err(&self.log_path.with_extension("timeindex"), "fsync"))
+    }
+
+    /// Removes the segment's files.
+    pub(crate) fn delete(self) -> Result<(), StorageError> {
+        for ext in ["log", "index", "timeindex"] {
+            let path = self.log_path.with_extension(ext);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err(&path, "delete")(e)),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,220 @@
+//! Starting and stopping the broker: the listener, the connection tasks, retention.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api::Context;
+use crate::catalog::{Catalog, CatalogError};
+use crate::config::BrokerConfig;
+use crate::connection;
+use crate::topics::{TopicError, Topics};
+
+/// Why the broker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// The data directory cannot be created.
+    #[error("cannot create the broker data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The metadata database cannot be opened.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// A topic's logs or configs cannot be loaded.
+    #[error("cannot load topics: {0}")]
+    Topics(String),
+    /// The listen address cannot be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The configured address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A setting is out of range.
+    #[error("invalid broker setting: {0}")]
+    Config(String),
+}
+
+impl From<TopicError> for BrokerError {
+    fn from(e: TopicError) -> Self {
+        BrokerError::Topics(e.to_string())
+    }
+}
+
+/// The bundled broker.
+#[derive(Debug)]
+pub struct Broker;
+
+/// A running broker; dropping it stops the broker without waiting, [`BrokerHandle::shutdown`]
+/// stops it gracefully.
+pub struct BrokerHandle {
+    local_addr: SocketAddr,
+    ctx: Arc<Context>,
+    tracker: TaskTracker,
+}
+
+impl std::fmt::Debug for BrokerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerHandle")
+            .field("local_addr", &self.local_addr)
+            .finish()
+    }
+}
+
+impl Broker {
+    /// Recovers the logs in `config.data_dir`, binds `config.listen` and serves clients on the
+    /// current tokio runtime until the handle is shut down.
+    pub async fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
+        if config.num_partitions < 1 {
+            return Err(BrokerError::Config(format!(
+                "num_partitions is {}, must be at least 1",
+                config.num_partitions
+            )));
+        }
+        if config.socket_request_max_bytes < 1 || config.message_max_bytes < 1 {
+            return Err(BrokerError::Config(
+                "socket_request_max_bytes and message_max_bytes must be positive".into(),
+            ));
+        }
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| BrokerError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| BrokerError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let local_addr = listener.local_addr().map_err(|source| BrokerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        // Recovery reads the active segments: blocking work, off the async threads.
+        let loaded = {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || -> Result<(Topics, String), BrokerError> {
+                let catalog = Catalog::open(&config.data_dir)?;
+                let cluster_id = catalog.cluster_id()?;
+                Ok((Topics::open(config, catalog)?, cluster_id))
+            })
+            .await
+            .map_err(|e| BrokerError::Topics(e.to_string()))??
+        };
+        let (topics, cluster_id) = loaded;
+        let (host, port) = advertised(&config, local_addr);
+        let ctx = Arc::new(Context {
+            topics,
+            appended: Notify::new(),
+            shutdown: CancellationToken::new(),
+            node_id: config.node_id,
+            host,
+            port,
+            cluster_id,
+        });
+        let tracker = TaskTracker::new();
+        let max_request = config.socket_request_max_bytes as usize;
+        tracker.spawn(accept(
+            Arc::clone(&ctx),
+            listener,
+            tracker.clone(),
+            max_request,
+        ));
+        tracker.spawn(retention(
+            Arc::clone(&ctx),
+            Duration::from_millis(config.log_retention_check_interval_ms.max(1)),
+        ));
+        tracing::info!(%local_addr, data_dir = %config.data_dir.display(), "broker started");
+        Ok(BrokerHandle {
+            local_addr,
+            ctx,
+            tracker,
+        })
+    }
+}
+
+fn advertised(config: &BrokerConfig, local_addr: SocketAddr) -> (String, i32) {
+    if let Some(listener) = &config.advertised_listener
+        && let Some((host, port)) = listener.rsplit_once(':')
+        && let Ok(port) = port.parse()
+    {
+        return (host.to_owned(), port);
+    }
+    (local_addr.ip().to_string(), i32::from(local_addr.port()))
+}
+
+async fn accept(
+    ctx: Arc<Context>,
+    listener: TcpListener,
+    tracker: TaskTracker,
+    max_request: usize,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = ctx.shutdown.cancelled() => return,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                tracing::debug!(%peer, "connection accepted");
+                tracker.spawn(connection::serve(
+                    Arc::clone(&ctx),
+                    stream,
+                    peer,
+                    max_request,
+                ));
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn retention(ctx: Arc<Context>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => ctx.topics.enforce_retention(),
+            _ = ctx.shutdown.cancelled() => return,
+        }
+    }
+}
+
+impl BrokerHandle {
+    /// The address the broker listens on (with the real port when configured with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting, lets every connection finish its current request, fsyncs all logs.
+    pub async fn shutdown(self) {
+        self.ctx.shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+        let ctx = Arc::clone(&self.ctx);
+        let _ = tokio::task::spawn_blocking(move || ctx.topics.flush_all()).await;
+        tracing::info!(local_addr = %self.local_addr, "broker stopped");
+    }
+}
+
+impl Drop for BrokerHandle {
+    fn drop(&mut self) {
+        self.ctx.shutdown.cancel();
+    }
+}

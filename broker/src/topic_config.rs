@@ -1,0 +1,152 @@
+//! Topic-level configuration: Kafka's topic property names, their broker-wide defaults, and the
+//! effective [`LogConfig`] a partition log runs with.
+
+use std::collections::BTreeMap;
+
+use crate::config::BrokerConfig;
+
+/// Kafka's "no limit" for the flush settings.
+const NEVER: i64 = i64::MAX;
+
+/// The topic configs this broker knows: (topic property, broker property it defaults to).
+pub(crate) const TOPIC_CONFIGS: &[(&str, &str)] = &[
+    ("cleanup.policy", "log.cleanup.policy"),
+    ("compression.type", "compression.type"),
+    ("flush.messages", "log.flush.interval.messages"),
+    ("flush.ms", "log.flush.interval.ms"),
+    ("index.interval.bytes", "log.index.interval.bytes"),
+    ("max.message.bytes", "message.max.bytes"),
+    ("message.timestamp.type", "log.message.timestamp.type"),
+    ("retention.bytes", "log.retention.bytes"),
+    ("retention.ms", "log.retention.ms"),
+    ("segment.bytes", "log.segment.bytes"),
+    ("segment.ms", "log.roll.ms"),
+];
+
+/// Effective settings of one partition log.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LogConfig {
+    pub(crate) segment_bytes: u64,
+    pub(crate) segment_ms: i64,
+    pub(crate) retention_ms: i64,
+    pub(crate) retention_bytes: i64,
+    pub(crate) index_interval_bytes: u32,
+    pub(crate) max_message_bytes: i32,
+    pub(crate) flush_messages: i64,
+    pub(crate) flush_ms: i64,
+}
+
+/// A topic config value that cannot be accepted.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TopicConfigError {
+    #[error("unknown topic config `{0}`")]
+    Unknown(String),
+    #[error("topic config `{name}`: `{value}` is not valid: {reason}")]
+    Invalid {
+        name: String,
+        value: String,
+        reason: &'static str,
+    },
+}
+
+impl LogConfig {
+    /// Broker defaults, with `overrides` (topic property -> value) applied on top.
+    pub(crate) fn resolve(
+        broker: &BrokerConfig,
+        overrides: &BTreeMap<String, String>,
+    ) -> Result<LogConfig, TopicConfigError> {
+        let mut config = LogConfig {
+            segment_bytes: broker.log_segment_bytes,
+            segment_ms: broker.log_roll_ms,
+            retention_ms: broker.log_retention_ms,
+            retention_bytes: broker.log_retention_bytes,
+            index_interval_bytes: broker.log_index_interval_bytes,
+            max_message_bytes: broker.message_max_bytes,
+            flush_messages: broker.log_flush_interval_messages.unwrap_or(NEVER),
+            flush_ms: broker.log_flush_interval_ms.unwrap_or(NEVER),
+        };
+        for (name, value) in overrides {
+            config.apply(name, value)?;
+        }
+        Ok(config)
+    }
+
+    fn apply(&mut self, name: &str, value: &str) -> Result<(), TopicConfigError> {
+        let invalid = |reason| TopicConfigError::Invalid {
+            name: name.to_owned(),
+            value: value.to_owned(),
+            reason,
+        };
+        let int = |min: i64| -> Result<i64, TopicConfigError> {
+            let n: i64 = value
+                .trim()
+                .parse()
+                .map_err(|_| invalid("not an integer"))?;
+            if n < min {
+                return Err(invalid("below the minimum"));
+            }
+            Ok(n)
+        };
+        match name {
+            "cleanup.policy" if value == "delete" => {}
+            "cleanup.policy" => return Err(invalid("only `delete` is supported")),
+            "compression.type" if value == "producer" => {}
+            "compression.type" => return Err(invalid("only `producer` is supported")),
+            "message.timestamp.type" if value == "CreateTime" => {}
+            "message.timestamp.type" => return Err(invalid("only `CreateTime` is supported")),
+            "flush.messages" => self.flush_messages = int(1)?,
+            "flush.ms" => self.flush_ms = int(0)?,
+            "index.interval.bytes" => {
+                self.index_interval_bytes =
+                    u32::try_from(int(0)?).map_err(|_| invalid("too large"))?
+            }
+            "max.message.bytes" => {
+                self.max_message_bytes = i32::try_from(int(0)?).map_err(|_| invalid("too large"))?
+            }
+            "retention.bytes" => self.retention_bytes = int(-1)?,
+            "retention.ms" => self.retention_ms = int(-1)?,
+            "segment.bytes" => self.segment_bytes = int(128)?.unsigned_abs(),
+            "segment.ms" => self.segment_ms = int(1)?,
+            _ => return Err(TopicConfigError::Unknown(name.to_owned())),
+        }
+        Ok(())
+    }
+
+    /// The value of a topic property as Kafka would show it.
+    pub(crate) fn value_of(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "cleanup.policy" => "delete".to_owned(),
+            "compression.type" => "producer".to_owned(),
+            "message.timestamp.type" => "CreateTime".to_owned(),
+            "flush.messages" => self.flush_messages.to_string(),
+            "flush.ms" => self.flush_ms.to_string(),
+            "index.interval.bytes" => self.index_interval_bytes.to_string(),
+            "max.message.bytes" => self.max_message_bytes.to_string(),
+            "retention.bytes" => self.retention_bytes.to_string(),
+            "retention.ms" => self.retention_ms.to_string(),
+            "segment.bytes" => self.segment_bytes.to_string(),
+            "segment.ms" => self.segment_ms.to_string(),
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_replace_broker_defaults_and_bad_values_are_refused() {
+        let broker = BrokerConfig::default();
+        let mut overrides = BTreeMap::new();
+        overrides.insert("retention.ms".to_owned(), "1000".to_owned());
+        let config = LogConfig::resolve(&broker, &overrides).unwrap();
+        assert_eq!(config.retention_ms, 1000);
+        assert_eq!(config.segment_bytes, 1 << 30);
+        overrides.insert("segment.bytes".to_owned(), "lots".to_owned());
+        assert!(LogConfig::resolve(&broker, &overrides).is_err());
+        overrides.remove("segment.bytes");
+        overrides.insert("cleanup.policy".to_owned(), "compact".to_owned());
+        assert!(LogConfig::resolve(&broker, &overrides).is_err());
+    }
+}

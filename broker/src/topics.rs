@@ -1,0 +1,384 @@
+//! The topics this broker hosts: their partitions' logs, kept in step with the catalog.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use crate::catalog::{Catalog, CatalogError, TopicRecord};
+use crate::config::BrokerConfig;
+use crate::log::{PartitionLog, StorageError};
+use crate::topic_config::{LogConfig, TopicConfigError};
+
+/// Why a topic operation failed; each maps to a Kafka error code.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TopicError {
+    #[error("topic `{0}` already exists")]
+    AlreadyExists(String),
+    #[error("topic `{0}` does not exist")]
+    Unknown(String),
+    #[error("topic name `{0}` is not valid: {1}")]
+    InvalidName(String, &'static str),
+    #[error("topic `{0}`: {1}")]
+    InvalidPartitions(String, String),
+    #[error("replication factor {0} is not possible on a single broker")]
+    InvalidReplicationFactor(i16),
+    #[error(transparent)]
+    InvalidConfig(#[from] TopicConfigError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+}
+
+impl TopicError {
+    /// The Kafka error this becomes on the wire.
+    pub(crate) fn response_error(&self) -> ResponseError {
+        match self {
+            TopicError::AlreadyExists(_) => ResponseError::TopicAlreadyExists,
+            TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
+            TopicError::InvalidName(..) => ResponseError::InvalidTopicException,
+            TopicError::InvalidPartitions(..) => ResponseError::InvalidPartitions,
+            TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+            TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            TopicError::Storage(_) => ResponseError::KafkaStorageError,
+            TopicError::Catalog(_) => ResponseError::UnknownServerError,
+        }
+    }
+}
+
+/// One partition: its log behind a lock held only for an append or a read.
+pub(crate) struct Partition {
+    pub(crate) index: i32,
+    log: Mutex<PartitionLog>,
+}
+
+impl Partition {
+    /// Exclusive access to the log.
+    pub(crate) fn log(&self) -> MutexGuard<'_, PartitionLog> {
+        // A panic while holding the lock cannot leave the log half-updated in memory in a way
+        // that matters more than refusing service, so poisoning is ignored.
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A topic and its partitions.
+pub(crate) struct Topic {
+    pub(crate) name: String,
+    pub(crate) id: Uuid,
+    pub(crate) partitions: Vec<Arc<Partition>>,
+    pub(crate) configs: BTreeMap<String, String>,
+}
+
+impl Topic {
+    /// The partition with this index.
+    pub(crate) fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+}
+
+/// All topics, by name.
+pub(crate) struct Topics {
+    broker: BrokerConfig,
+    catalog: Catalog,
+    topics: RwLock<HashMap<String, Arc<Topic>>>,
+}
+
+/// Kafka's rule for topic names.
+pub(crate) fn validate_name(name: &str) -> Result<(), TopicError> {
+    let invalid = |why| Err(TopicError::InvalidName(name.to_owned(), why));
+    if name.is_empty() {
+        return invalid("empty");
+    }
+    if name == "." || name == ".." {
+        return invalid("`.` and `..` are reserved");
+    }
+    if name.len() > 249 {
+        return invalid("longer than 249 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return invalid("only ASCII letters, digits, `.`, `_` and `-` are allowed");
+    }
+    Ok(())
+}
+
+impl Topics {
+    /// Opens every topic in the catalog, recovering their logs.
+    pub(crate) fn open(broker: BrokerConfig, catalog: Catalog) -> Result<Topics, TopicError> {
+        let mut topics = HashMap::new();
+        for record in catalog.topics()? {
+            let config = LogConfig::resolve(&broker, &record.configs)?;
+            let mut partitions = Vec::new();
+            for index in 0..record.partitions {
+                partitions.push(open_partition(
+                    &broker,
+                    &record.name,
+                    index,
+                    config.clone(),
+                )?);
+            }
+            let topic = Topic {
+                name: record.name.clone(),
+                id: record.id,
+                partitions,
+                configs: record.configs,
+            };
+            topics.insert(record.name, Arc::new(topic));
+        }
+        Ok(Topics {
+            broker,
+            catalog,
+            topics: RwLock::new(topics),
+        })
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {
+        self.topics.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<String, Arc<Topic>>> {
+        self.topics.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The broker settings topics default to.
+    pub(crate) fn broker_config(&self) -> &BrokerConfig {
+        &self.broker
+    }
+
+    /// The topic named `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Topic>> {
+        self.read().get(name).cloned()
+    }
+
+    /// The topic with this id.
+    pub(crate) fn get_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.read().values().find(|t| t.id == id).cloned()
+    }
+
+    /// All topics, sorted by name.
+    pub(crate) fn all(&self) -> Vec<Arc<Topic>> {
+        let mut all: Vec<_> = self.read().values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// The topic, created with `num.partitions` first when auto-creation is on and `allow`ed.
+    pub(crate) fn get_or_create(&self, name: &str, allow: bool) -> Result<Arc<Topic>, TopicError> {
+        if let Some(topic) = self.get(name) {
+            return Ok(topic);
+        }
+        if !(allow && self.broker.auto_create_topics_enable) {
+            return Err(TopicError::Unknown(name.to_owned()));
+        }
+        match self.create(name, self.broker.num_partitions, -1, BTreeMap::new(), false) {
+            Ok(topic) => {
+                tracing::info!(
+                    topic = name,
+                    partitions = topic.partitions.len(),
+                    "auto-created topic"
+                );
+                Ok(topic)
+            }
+            // Another connection created it meanwhile.
+            Err(TopicError::AlreadyExists(_)) => self
+                .get(name)
+                .ok_or_else(|| TopicError::Unknown(name.to_owned())),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates a topic (or only checks that it could be, with `validate_only`).
+    pub(crate) fn create(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Arc<Topic>, TopicError> {
+        validate_name(name)?;
+        let partitions = if partitions == -1 {
+            self.broker.num_partitions
+        } else {
+            partitions
+        };
+        if partitions < 1 {
+            return Err(TopicError::InvalidPartitions(
+                name.to_owned(),
+                format!("{partitions} partitions requested, at least 1 is needed"),
+            ));
+        }
+        if replication_factor != -1 && replication_factor != 1 {
+            return Err(TopicError::InvalidReplicationFactor(replication_factor));
+        }
+        let config = LogConfig::resolve(&self.broker, &configs)?;
+        let mut topics = self.write();
+        if topics.contains_key(name) {
+            return Err(TopicError::AlreadyExists(name.to_owned()));
+        }
+        let record = TopicRecord {
+            name: name.to_owned(),
+            id: Uuid::new_v4(),
+            partitions,
+            configs,
+        };
+        let mut parts = Vec::new();
+        if !validate_only {
+            for index in 0..partitions {
+                parts.push(open_partition(&self.broker, name, index, config.clone())?);
+            }
+            self.catalog.create_topic(&record)?;
+        }
+        let topic = Arc::new(Topic {
+            name: record.name,
+            id: record.id,
+            partitions: parts,
+            configs: record.configs,
+        });
+        if !validate_only {
+            topics.insert(name.to_owned(), Arc::clone(&topic));
+        }
+        Ok(topic)
+    }
+
+    /// Deletes a topic and its logs.
+    pub(crate) fn delete(&self, name: &str) -> Result<Arc<Topic>, TopicError> {
+        let topic = self
+            .write()
+            .remove(name)
+            .ok_or_else(|| TopicError::Unknown(name.to_owned()))?;
+        self.catalog.delete_topic(name)?;
+        for partition in &topic.partitions {
+            let dir = partition_dir(&self.broker, name, partition.index);
+            // Readers holding the partition keep their open files; the names go now.
+            if let Err(source) = std::fs::remove_dir_all(&dir)
+                && source.kind() != std::io::ErrorKind::NotFound
+            {
+                return Err(StorageError::Io {
+                    path: dir,
+                    action: "delete",
+                    source,
+                }
+                .into());
+            }
+        }
+        tracing::info!(topic = name, "deleted topic");
+        Ok(topic)
+    }
+
+    /// Grows a topic to `count` partitions.
+    pub(crate) fn add_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        let mut topics = self.write();
+        let topic = topics
+            .get(name)
+            .cloned()
+            .ok_or_else(|| TopicError::Unknown(name.to_owned()))?;
+        let current = topic.partitions.len() as i32;
+        if count <= current {
+            return Err(TopicError::InvalidPartitions(
+                name.to_owned(),
+                format!("topic has {current} partitions; the count can only grow"),
+            ));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let config = LogConfig::resolve(&self.broker, &topic.configs)?;
+        let mut partitions = topic.partitions.clone();
+        for index in current..count {
+            partitions.push(open_partition(&self.broker, name, index, config.clone())?);
+        }
+        self.catalog.set_partitions(name, count)?;
+        let grown = Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            partitions,
+            configs: topic.configs.clone(),
+        };
+        topics.insert(name.to_owned(), Arc::new(grown));
+        Ok(())
+    }
+
+    /// Replaces a topic's config overrides, applying them to its partitions at once.
+    pub(crate) fn set_configs(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        let config = LogConfig::resolve(&self.broker, &configs)?;
+        let mut topics = self.write();
+        let topic = topics
+            .get(name)
+            .cloned()
+            .ok_or_else(|| TopicError::Unknown(name.to_owned()))?;
+        if validate_only {
+            return Ok(());
+        }
+        self.catalog.set_configs(name, &configs)?;
+        for partition in &topic.partitions {
+            partition.log().set_config(config.clone());
+        }
+        let changed = Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            partitions: topic.partitions.clone(),
+            configs,
+        };
+        topics.insert(name.to_owned(), Arc::new(changed));
+        Ok(())
+    }
+
+    /// Applies retention to every partition.
+    pub(crate) fn enforce_retention(&self) {
+        let now = crate::log::now_ms();
+        for topic in self.all() {
+            for partition in &topic.partitions {
+                if let Err(e) = partition.log().enforce_retention(now) {
+                    tracing::error!(topic = %topic.name, partition = partition.index, error = %e, "retention failed");
+                }
+            }
+        }
+    }
+
+    /// Fsyncs every partition (on shutdown).
+    pub(crate) fn flush_all(&self) {
+        for topic in self.all() {
+            for partition in &topic.partitions {
+                if let Err(e) = partition.log().flush() {
+                    tracing::error!(topic = %topic.name, partition = partition.index, error = %e, "flush failed");
+                }
+            }
+        }
+    }
+}
+
+fn partition_dir(broker: &BrokerConfig, topic: &str, index: i32) -> PathBuf {
+    broker.data_dir.join(format!("{topic}-{index}"))
+}
+
+fn open_partition(
+    broker: &BrokerConfig,
+    topic: &str,
+    index: i32,
+    config: LogConfig,
+) -> Result<Arc<Partition>, TopicError> {
+    let dir = partition_dir(broker, topic, index);
+    let log = PartitionLog::open(&dir, format!("{topic}-{index}"), config)?;
+    Ok(Arc::new(Partition {
+        index,
+        log: Mutex::new(log),
+    }))
+}
