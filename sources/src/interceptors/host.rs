@@ -1,10 +1,13 @@
 //! `host`: Flume's `HostInterceptor`. Sets a header to this machine's IP address or host name.
 //!
-//! The value is looked up once, when the interceptor is built: the host name from the system,
-//! the address by resolving that name (a non-loopback IPv4 address is preferred, then any
-//! non-loopback one, then `127.0.0.1`).
+//! The value is looked up once, at the first batch: the host name from the system; the address
+//! by resolving that name (a non-loopback IPv4 address is preferred, then any non-loopback
+//! one). Where the name resolves only to loopback (common in containers, where Flume would say
+//! `127.0.0.1`), the address of the interface that routes to the outside is used, found by
+//! connecting a UDP socket (which sends nothing); `127.0.0.1` is the last resort.
 
-use std::net::{IpAddr, ToSocketAddrs};
+use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
+use std::sync::OnceLock;
 
 use ferry_core::{ComponentConfig, ConfigError, Event, Interceptor};
 use serde::Deserialize;
@@ -37,24 +40,33 @@ fn default_true() -> bool {
 #[derive(Debug)]
 pub struct HostInterceptor {
     header: String,
-    value: String,
+    use_ip: bool,
     preserve_existing: bool,
+    /// Looked up at the first batch, so that building (as `agent validate` does) touches
+    /// nothing.
+    value: OnceLock<String>,
 }
 
 impl HostInterceptor {
     /// Validates the options and looks up the host.
     pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
         let config: HostConfig = cfg.parse()?;
-        let name = host_name();
-        let value = if config.use_ip {
-            address_of(&name).to_string()
-        } else {
-            name
-        };
         Ok(Self {
             header: config.host_header,
-            value,
+            use_ip: config.use_ip,
             preserve_existing: config.preserve_existing,
+            value: OnceLock::new(),
+        })
+    }
+
+    fn value(&self) -> &str {
+        self.value.get_or_init(|| {
+            let name = host_name();
+            if self.use_ip {
+                address_of(&name).to_string()
+            } else {
+                name
+            }
         })
     }
 }
@@ -64,7 +76,7 @@ impl Interceptor for HostInterceptor {
         super::set_header(
             &mut events,
             &self.header,
-            &self.value,
+            self.value(),
             self.preserve_existing,
         );
         events
@@ -82,7 +94,8 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// The address `name` resolves to, preferring a non-loopback IPv4 address.
+/// The address `name` resolves to, preferring a non-loopback IPv4 address; else the address
+/// of the outgoing interface; else `127.0.0.1`.
 fn address_of(name: &str) -> IpAddr {
     let addresses: Vec<IpAddr> = (name, 0)
         .to_socket_addrs()
@@ -93,7 +106,17 @@ fn address_of(name: &str) -> IpAddr {
         .find(|ip| ip.is_ipv4() && !ip.is_loopback())
         .or_else(|| addresses.iter().find(|ip| !ip.is_loopback()))
         .copied()
+        .or_else(outgoing_address)
         .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+/// The local address the system would send from to the outside world. Connecting a UDP
+/// socket only picks a route; no packet is sent.
+fn outgoing_address() -> Option<IpAddr> {
+    let socket = UdpSocket::bind(("0.0.0.0", 0)).ok()?;
+    socket.connect(("192.0.2.1", 9)).ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_unspecified() && !ip.is_loopback()).then_some(ip)
 }
 
 #[cfg(test)]
@@ -107,6 +130,11 @@ mod tests {
         let out = interceptor.intercept(vec![Event::from_body("a")]);
         let value = &out[0].headers["host"];
         assert!(value.parse::<IpAddr>().is_ok(), "{value}");
+        let outgoing = outgoing_address();
+        if outgoing.is_some() {
+            let ip: IpAddr = value.parse().unwrap();
+            assert!(!ip.is_loopback(), "a routable address is preferred to {ip}");
+        }
     }
 
     #[test]
