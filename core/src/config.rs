@@ -83,8 +83,9 @@ impl ConfigError {
 }
 
 /// The part of the configuration that belongs to one component, ready to be parsed into its
-/// typed config struct. Keys handled by the runtime (`type`, `channels`, `channel`,
-/// `interceptors`, `batch_size`) are already removed.
+/// typed config struct. Keys handled by the runtime are already removed: `type` everywhere,
+/// `channels` and `interceptors` of sources, `channel` and `batch_size` of sinks (a source's
+/// `batch_size` is its own option and stays).
 #[derive(Clone, Debug)]
 pub struct ComponentConfig {
     kind: ComponentKind,

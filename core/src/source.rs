@@ -166,7 +166,9 @@ impl SourceContext {
     }
 
     /// Like [`send`](Self::send), but fails with [`ChannelError::Full`] instead of waiting
-    /// when the first channel has no room (an HTTP source answers 503).
+    /// when the first channel has no room (an HTTP source answers 503). With replicating
+    /// fan-out, only the first channel is tried without waiting: once it holds the batch the
+    /// others must get it too, so `try_send` then waits for them like `send`.
     pub async fn try_send(
         &self,
         events: Vec<Event>,
