@@ -300,3 +300,37 @@ fn failing_sink_rolls_back_and_retries_without_loss_or_reordering() {
         "the sink did fail"
     );
 }
+
+#[test]
+fn replicating_fan_out_delivers_every_event_to_every_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "\
+agent:
+  data_dir: ./state
+sources:
+  numbers:
+    type: seq
+    channels: [to_a, to_b]
+    batch_size: 100
+    total_events: 20000
+channels:
+  to_a: { type: memory, capacity: 1000, transaction_capacity: 100 }
+  to_b: { type: memory, capacity: 300, transaction_capacity: 100 }
+sinks:
+  a: { type: file_roll, channel: to_a, directory: ./out_a, roll_size: 16KiB }
+  b: { type: file_roll, channel: to_b, directory: ./out_b, sync: false }
+";
+    let mut agent = Agent::start(dir.path(), config);
+    let status = agent.wait(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}\n{}", agent.log());
+    let expected: String = (0..20000).map(|i| format!("{i}\n")).collect();
+    for out in ["out_a", "out_b"] {
+        let written = read_dir_concat(&dir.path().join(out));
+        assert!(
+            written == expected.as_bytes(),
+            "{out}: {} bytes, {} expected",
+            written.len(),
+            expected.len()
+        );
+    }
+}
