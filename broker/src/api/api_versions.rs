@@ -27,6 +27,7 @@ fn advertised() -> Vec<ApiVersion> {
 impl Handler for ApiVersions {
     const KEY: ApiKey = ApiKey::ApiVersions;
     const VERSIONS: VersionRange = VersionRange { min: 0, max: 3 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::API_VERSIONS;
     type Request = ApiVersionsRequest;
     type Response = ApiVersionsResponse;
 

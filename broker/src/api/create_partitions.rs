@@ -16,6 +16,7 @@ pub(super) struct CreatePartitions;
 impl Handler for CreatePartitions {
     const KEY: ApiKey = ApiKey::CreatePartitions;
     const VERSIONS: VersionRange = VersionRange { min: 0, max: 3 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::CREATE_PARTITIONS;
     type Request = CreatePartitionsRequest;
     type Response = CreatePartitionsResponse;
 

@@ -85,6 +85,7 @@ fn create(ctx: &Context, wanted: &CreatableTopic, validate_only: bool) -> Creata
 impl Handler for CreateTopics {
     const KEY: ApiKey = ApiKey::CreateTopics;
     const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::CREATE_TOPICS;
     type Request = CreateTopicsRequest;
     type Response = CreateTopicsResponse;
 

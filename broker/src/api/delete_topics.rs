@@ -38,6 +38,7 @@ fn delete(ctx: &Context, name: Option<TopicName>, id: Uuid) -> DeletableTopicRes
 impl Handler for DeleteTopics {
     const KEY: ApiKey = ApiKey::DeleteTopics;
     const VERSIONS: VersionRange = VersionRange { min: 1, max: 6 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::DELETE_TOPICS;
     type Request = DeleteTopicsRequest;
     type Response = DeleteTopicsResponse;
 

@@ -15,6 +15,7 @@ pub(super) struct DescribeCluster;
 impl Handler for DescribeCluster {
     const KEY: ApiKey = ApiKey::DescribeCluster;
     const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::DESCRIBE_CLUSTER;
     type Request = DescribeClusterRequest;
     type Response = DescribeClusterResponse;
 

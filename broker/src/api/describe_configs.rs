@@ -137,6 +137,7 @@ fn broker_entries(ctx: &Context) -> Vec<ConfigEntry> {
 impl Handler for DescribeConfigs {
     const KEY: ApiKey = ApiKey::DescribeConfigs;
     const VERSIONS: VersionRange = VersionRange { min: 1, max: 4 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::DESCRIBE_CONFIGS;
     type Request = DescribeConfigsRequest;
     type Response = DescribeConfigsResponse;
 

@@ -99,6 +99,7 @@ fn collect(
 impl Handler for Fetch {
     const KEY: ApiKey = ApiKey::Fetch;
     const VERSIONS: VersionRange = VersionRange { min: 4, max: 16 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::FETCH;
     type Request = FetchRequest;
     type Response = FetchResponse;
 

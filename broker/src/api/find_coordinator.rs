@@ -42,6 +42,7 @@ fn coordinator(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
 impl Handler for FindCoordinator {
     const KEY: ApiKey = ApiKey::FindCoordinator;
     const VERSIONS: VersionRange = VersionRange { min: 0, max: 4 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::FIND_COORDINATOR;
     type Request = FindCoordinatorRequest;
     type Response = FindCoordinatorResponse;
 

@@ -60,6 +60,7 @@ fn alter(
 impl Handler for IncrementalAlterConfigs {
     const KEY: ApiKey = ApiKey::IncrementalAlterConfigs;
     const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::INCREMENTAL_ALTER_CONFIGS;
     type Request = IncrementalAlterConfigsRequest;
     type Response = IncrementalAlterConfigsResponse;
 

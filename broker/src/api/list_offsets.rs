@@ -20,6 +20,7 @@ impl Handler for ListOffsets {
     const KEY: ApiKey = ApiKey::ListOffsets;
     // v7 adds the max-timestamp query (-3), not implemented.
     const VERSIONS: VersionRange = VersionRange { min: 1, max: 6 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::LIST_OFFSETS;
     type Request = ListOffsetsRequest;
     type Response = ListOffsetsResponse;
 

@@ -46,6 +46,7 @@ fn failed_topic(name: Option<TopicName>, error: ResponseError) -> MetadataRespon
 impl Handler for Metadata {
     const KEY: ApiKey = ApiKey::Metadata;
     const VERSIONS: VersionRange = VersionRange { min: 0, max: 12 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::METADATA;
     type Request = MetadataRequest;
     type Response = MetadataResponse;
 

@@ -17,6 +17,7 @@ mod incremental_alter_configs;
 mod list_offsets;
 mod metadata;
 mod produce;
+mod shape;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -80,6 +81,8 @@ pub(crate) trait Handler {
     const KEY: ApiKey;
     /// The versions served (a sub-range of what the codec knows).
     const VERSIONS: VersionRange;
+    /// The request's wire shape, checked before decoding (see [`shape`]).
+    const SHAPE: &'static shape::Shape;
     type Request: Decodable + Send;
     type Response: Encodable + Send;
     /// Serves a request; `None` sends no response (Produce with acks=0).
@@ -96,17 +99,27 @@ type Reply<'a> = Pin<Box<dyn Future<Output = Result<Option<Bytes>, ApiError>> + 
 pub(crate) struct Route {
     pub(crate) key: ApiKey,
     pub(crate) versions: VersionRange,
+    pub(crate) shape: &'static shape::Shape,
     call: for<'a> fn(&'a Arc<Context>, RequestHeader, Bytes) -> Reply<'a>,
 }
 
 impl Route {
-    /// Decodes `body`, runs the handler and returns the encoded response frame, if any.
+    /// Checks `body` against the request's shape, decodes it, runs the handler and returns the
+    /// encoded response frame, if any.
     pub(crate) fn call<'a>(
         &self,
         ctx: &'a Arc<Context>,
         header: RequestHeader,
         body: Bytes,
     ) -> Reply<'a> {
+        if let Err(e) = self.shape.check(&body, header.request_api_version) {
+            let error = ApiError::Decode {
+                api: self.key,
+                version: header.request_api_version,
+                reason: e.to_string(),
+            };
+            return Box::pin(std::future::ready(Err(error)));
+        }
         (self.call)(ctx, header, body)
     }
 }
@@ -115,6 +128,7 @@ const fn route<H: Handler + 'static>() -> Route {
     Route {
         key: H::KEY,
         versions: H::VERSIONS,
+        shape: H::SHAPE,
         call: serve::<H>,
     }
 }
@@ -147,6 +161,13 @@ fn serve<'a, H: Handler + 'static>(
 ) -> Reply<'a> {
     Box::pin(async move {
         let version = header.request_api_version;
+        H::SHAPE
+            .check(&body, version)
+            .map_err(|e| ApiError::Decode {
+                api: H::KEY,
+                version,
+                reason: e.to_string(),
+            })?;
         let request = H::Request::decode(&mut body, version).map_err(|e| ApiError::Decode {
             api: H::KEY,
             version,

@@ -58,6 +58,7 @@ fn append(topic: &Topic, index: i32, records: Option<&[u8]>) -> PartitionProduce
 impl Handler for Produce {
     const KEY: ApiKey = ApiKey::Produce;
     const VERSIONS: VersionRange = VersionRange { min: 3, max: 11 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::PRODUCE;
     type Request = ProduceRequest;
     type Response = ProduceResponse;
 

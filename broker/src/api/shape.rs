@@ -1,0 +1,502 @@
+//! The wire shape of each served request, walked before the codec decodes it.
+//!
+//! Why: the codec sizes a `Vec` from an array's declared length before reading its elements,
+//! so four random bytes can ask for hundreds of gigabytes, and a failed allocation aborts the
+//! process. Walking the request first proves every array's elements are really in the frame,
+//! which bounds every allocation by the frame size (itself capped by `socket.request.max.bytes`).
+//! The shapes follow Kafka's message schemas; tagged fields are skipped by their sizes.
+
+/// A field's wire type.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ty {
+    I8,
+    I16,
+    I32,
+    I64,
+    Uuid,
+    /// STRING / COMPACT_STRING, nullable or not.
+    Str,
+    /// BYTES / RECORDS, compact in flexible versions.
+    Bytes,
+    /// An array of INT32.
+    Ints,
+    /// An array of strings.
+    Strs,
+    /// An array of structs.
+    Structs(&'static [Field]),
+}
+
+/// A field present in versions `from..=to`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Field {
+    ty: Ty,
+    from: i16,
+    to: i16,
+}
+
+const fn f(ty: Ty) -> Field {
+    Field {
+        ty,
+        from: 0,
+        to: i16::MAX,
+    }
+}
+
+const fn v(ty: Ty, from: i16, to: i16) -> Field {
+    Field { ty, from, to }
+}
+
+/// A request's shape: its fields and the first flexible version (compact encodings, tags).
+#[derive(Debug)]
+pub(crate) struct Shape {
+    pub(crate) flexible_from: i16,
+    pub(crate) fields: &'static [Field],
+}
+
+use Ty::*;
+
+const MAX: i16 = i16::MAX;
+
+pub(crate) const API_VERSIONS: Shape = Shape {
+    flexible_from: 3,
+    fields: &[v(Str, 3, MAX), v(Str, 3, MAX)],
+};
+
+pub(crate) const DESCRIBE_CLUSTER: Shape = Shape {
+    flexible_from: 0,
+    fields: &[f(I8), v(I8, 1, MAX), v(I8, 2, MAX)],
+};
+
+pub(crate) const PRODUCE: Shape = Shape {
+    flexible_from: 9,
+    fields: &[
+        f(Str), // transactional_id
+        f(I16), // acks
+        f(I32), // timeout_ms
+        f(Structs(&[
+            v(Str, 0, 12),                   // name
+            v(Uuid, 13, MAX),                // topic_id
+            f(Structs(&[f(I32), f(Bytes)])), // index, records
+        ])),
+    ],
+};
+
+pub(crate) const FETCH: Shape = Shape {
+    flexible_from: 12,
+    fields: &[
+        v(I32, 0, 14),  // replica_id
+        f(I32),         // max_wait_ms
+        f(I32),         // min_bytes
+        f(I32),         // max_bytes
+        f(I8),          // isolation_level
+        v(I32, 7, MAX), // session_id
+        v(I32, 7, MAX), // session_epoch
+        f(Structs(&[
+            v(Str, 0, 12),
+            v(Uuid, 13, MAX),
+            f(Structs(&[
+                f(I32),          // partition
+                v(I32, 9, MAX),  // current_leader_epoch
+                f(I64),          // fetch_offset
+                v(I32, 12, MAX), // last_fetched_epoch
+                v(I64, 5, MAX),  // log_start_offset
+                f(I32),          // partition_max_bytes
+            ])),
+        ])),
+        v(
+            Structs(&[v(Str, 7, 12), v(Uuid, 13, MAX), v(Ints, 7, MAX)]),
+            7,
+            MAX,
+        ), // forgotten
+        v(Str, 11, MAX), // rack_id
+    ],
+};
+
+pub(crate) const LIST_OFFSETS: Shape = Shape {
+    flexible_from: 6,
+    fields: &[
+        f(I32),        // replica_id
+        v(I8, 2, MAX), // isolation_level
+        f(Structs(&[
+            f(Str),
+            f(Structs(&[f(I32), v(I32, 4, MAX), f(I64)])),
+        ])),
+        v(I32, 10, MAX), // timeout_ms
+    ],
+};
+
+pub(crate) const METADATA: Shape = Shape {
+    flexible_from: 9,
+    fields: &[
+        f(Structs(&[v(Uuid, 10, MAX), f(Str)])),
+        v(I8, 4, MAX), // allow_auto_topic_creation
+        v(I8, 8, 10),  // include_cluster_authorized_operations
+        v(I8, 8, MAX), // include_topic_authorized_operations
+    ],
+};
+
+pub(crate) const FIND_COORDINATOR: Shape = Shape {
+    flexible_from: 3,
+    fields: &[v(Str, 0, 3), v(I8, 1, MAX), v(Strs, 4, MAX)],
+};
+
+pub(crate) const CREATE_TOPICS: Shape = Shape {
+    flexible_from: 5,
+    fields: &[
+        f(Structs(&[
+            f(Str),                         // name
+            f(I32),                         // num_partitions
+            f(I16),                         // replication_factor
+            f(Structs(&[f(I32), f(Ints)])), // assignments
+            f(Structs(&[f(Str), f(Str)])),  // configs
+        ])),
+        f(I32), // timeout_ms
+        f(I8),  // validate_only
+    ],
+};
+
+pub(crate) const DELETE_TOPICS: Shape = Shape {
+    flexible_from: 4,
+    fields: &[
+        v(Structs(&[f(Str), f(Uuid)]), 6, MAX),
+        v(Strs, 0, 5),
+        f(I32),
+    ],
+};
+
+pub(crate) const CREATE_PARTITIONS: Shape = Shape {
+    flexible_from: 2,
+    fields: &[
+        f(Structs(&[f(Str), f(I32), f(Structs(&[f(Ints)]))])),
+        f(I32),
+        f(I8),
+    ],
+};
+
+pub(crate) const DESCRIBE_CONFIGS: Shape = Shape {
+    flexible_from: 4,
+    fields: &[
+        f(Structs(&[f(I8), f(Str), f(Strs)])),
+        f(I8),         // include_synonyms
+        v(I8, 3, MAX), // include_documentation
+    ],
+};
+
+pub(crate) const INCREMENTAL_ALTER_CONFIGS: Shape = Shape {
+    flexible_from: 1,
+    fields: &[
+        f(Structs(&[
+            f(I8),
+            f(Str),
+            f(Structs(&[f(Str), f(I8), f(Str)])),
+        ])),
+        f(I8),
+    ],
+};
+
+/// Where and why a request does not fit its shape.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("malformed request body at byte {at}: {what}")]
+pub(crate) struct Malformed {
+    at: usize,
+    what: &'static str,
+}
+
+struct Walker<'a> {
+    buf: &'a [u8],
+    at: usize,
+    version: i16,
+    flexible: bool,
+}
+
+impl Walker<'_> {
+    fn fail(&self, what: &'static str) -> Malformed {
+        Malformed { at: self.at, what }
+    }
+
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.at
+    }
+
+    fn skip(&mut self, n: usize) -> Result<(), Malformed> {
+        if n > self.remaining() {
+            return Err(self.fail("field runs past the end"));
+        }
+        self.at += n;
+        Ok(())
+    }
+
+    fn int(&mut self, n: usize) -> Result<i64, Malformed> {
+        if n > self.remaining() {
+            return Err(self.fail("field runs past the end"));
+        }
+        let value = self.buf[self.at..self.at + n]
+            .iter()
+            .fold(0i64, |acc, b| (acc << 8) | i64::from(*b));
+        self.at += n;
+        // Sign-extend.
+        let shift = 64 - 8 * n as u32;
+        Ok((value << shift) >> shift)
+    }
+
+    fn uvarint(&mut self) -> Result<u64, Malformed> {
+        let mut value = 0u64;
+        for i in 0..5 {
+            let b = *self
+                .buf
+                .get(self.at)
+                .ok_or_else(|| self.fail("varint runs past the end"))?;
+            self.at += 1;
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(self.fail("varint too long"))
+    }
+
+    /// A length-prefixed field (string or bytes): skips it.
+    fn sized(&mut self, classic_width: usize) -> Result<(), Malformed> {
+        let len = if self.flexible {
+            self.uvarint()? as i64 - 1
+        } else {
+            self.int(classic_width)?
+        };
+        if len < -1 {
+            return Err(self.fail("negative length"));
+        }
+        self.skip(len.max(0) as usize)
+    }
+
+    /// An array's element count, which must not exceed the bytes left (each element takes at
+    /// least `min_element` bytes).
+    fn count(&mut self, min_element: usize) -> Result<usize, Malformed> {
+        let n = if self.flexible {
+            self.uvarint()? as i64 - 1
+        } else {
+            self.int(4)?
+        };
+        if n < -1 {
+            return Err(self.fail("negative array length"));
+        }
+        let n = n.max(0) as usize;
+        if n.saturating_mul(min_element) > self.remaining() {
+            return Err(self.fail("array longer than the request"));
+        }
+        Ok(n)
+    }
+
+    fn tags(&mut self) -> Result<(), Malformed> {
+        if !self.flexible {
+            return Ok(());
+        }
+        let n = self.uvarint()?;
+        for _ in 0..n {
+            self.uvarint()?;
+            let size = self.uvarint()? as usize;
+            self.skip(size)?;
+        }
+        Ok(())
+    }
+
+    fn walk(&mut self, fields: &[Field]) -> Result<(), Malformed> {
+        let version = self.version;
+        for field in fields.iter().filter(|f| (f.from..=f.to).contains(&version)) {
+            match field.ty {
+                I8 => self.skip(1)?,
+                I16 => self.skip(2)?,
+                I32 => self.skip(4)?,
+                I64 => self.skip(8)?,
+                Uuid => self.skip(16)?,
+                Str => self.sized(2)?,
+                Bytes => self.sized(4)?,
+                Ints => {
+                    let n = self.count(4)?;
+                    self.skip(n * 4)?;
+                }
+                Strs => {
+                    for _ in 0..self.count(1)? {
+                        self.sized(2)?;
+                    }
+                }
+                Structs(inner) => {
+                    for _ in 0..self.count(1)? {
+                        self.walk(inner)?;
+                    }
+                }
+            }
+        }
+        self.tags()
+    }
+}
+
+impl Shape {
+    /// Checks that `body` (the request after its header) fits this shape in `version`.
+    pub(crate) fn check(&self, body: &[u8], version: i16) -> Result<(), Malformed> {
+        let mut walker = Walker {
+            buf: body,
+            at: 0,
+            version,
+            flexible: version >= self.flexible_from,
+        };
+        walker.walk(self.fields)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ROUTES;
+    use bytes::BytesMut;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+
+    fn encode<T: Encodable>(message: T, version: i16) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        message.encode(&mut buf, version).unwrap();
+        buf.to_vec()
+    }
+
+    /// A request of this API with every array holding an element, encoded by the codec.
+    fn sample(key: ApiKey, version: i16) -> Vec<u8> {
+        let s = || StrBytes::from_static_str("x");
+        match key {
+            ApiKey::Produce => encode(
+                ProduceRequest::default().with_topic_data(vec![
+                    produce_request::TopicProduceData::default().with_partition_data(vec![
+                        produce_request::PartitionProduceData::default()
+                            .with_records(Some(vec![1, 2, 3].into())),
+                    ]),
+                ]),
+                version,
+            ),
+            ApiKey::Fetch => encode(
+                FetchRequest::default()
+                    .with_topics(vec![
+                        fetch_request::FetchTopic::default()
+                            .with_partitions(vec![Default::default()]),
+                    ])
+                    .with_forgotten_topics_data(if version >= 7 {
+                        vec![fetch_request::ForgottenTopic::default().with_partitions(vec![1, 2])]
+                    } else {
+                        vec![]
+                    }),
+                version,
+            ),
+            ApiKey::ListOffsets => encode(
+                ListOffsetsRequest::default().with_topics(vec![
+                    list_offsets_request::ListOffsetsTopic::default()
+                        .with_partitions(vec![Default::default()]),
+                ]),
+                version,
+            ),
+            ApiKey::Metadata => encode(
+                MetadataRequest::default().with_topics(Some(vec![
+                    metadata_request::MetadataRequestTopic::default()
+                        .with_name(Some(TopicName(s()))),
+                ])),
+                version,
+            ),
+            ApiKey::FindCoordinator => encode(
+                if version >= 4 {
+                    FindCoordinatorRequest::default().with_coordinator_keys(vec![s(), s()])
+                } else {
+                    FindCoordinatorRequest::default().with_key(s())
+                },
+                version,
+            ),
+            ApiKey::ApiVersions => encode(
+                ApiVersionsRequest::default()
+                    .with_client_software_name(s())
+                    .with_client_software_version(s()),
+                version,
+            ),
+            ApiKey::CreateTopics => encode(
+                CreateTopicsRequest::default().with_topics(vec![
+                    create_topics_request::CreatableTopic::default()
+                        .with_assignments(vec![
+                            create_topics_request::CreatableReplicaAssignment::default()
+                                .with_broker_ids(vec![BrokerId(0)]),
+                        ])
+                        .with_configs(vec![
+                            create_topics_request::CreatableTopicConfig::default()
+                                .with_value(Some(s())),
+                        ]),
+                ]),
+                version,
+            ),
+            ApiKey::DeleteTopics => encode(
+                if version >= 6 {
+                    DeleteTopicsRequest::default().with_topics(vec![Default::default()])
+                } else {
+                    DeleteTopicsRequest::default().with_topic_names(vec![TopicName(s())])
+                },
+                version,
+            ),
+            ApiKey::CreatePartitions => encode(
+                CreatePartitionsRequest::default().with_topics(vec![
+                    create_partitions_request::CreatePartitionsTopic::default().with_assignments(
+                        Some(vec![
+                            create_partitions_request::CreatePartitionsAssignment::default()
+                                .with_broker_ids(vec![BrokerId(0)]),
+                        ]),
+                    ),
+                ]),
+                version,
+            ),
+            ApiKey::DescribeConfigs => encode(
+                DescribeConfigsRequest::default().with_resources(vec![
+                    describe_configs_request::DescribeConfigsResource::default()
+                        .with_configuration_keys(Some(vec![s()])),
+                ]),
+                version,
+            ),
+            ApiKey::IncrementalAlterConfigs => encode(
+                IncrementalAlterConfigsRequest::default().with_resources(vec![
+                    incremental_alter_configs_request::AlterConfigsResource::default()
+                        .with_configs(vec![Default::default()]),
+                ]),
+                version,
+            ),
+            ApiKey::DescribeCluster => encode(DescribeClusterRequest::default(), version),
+            other => panic!("no sample for {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_served_request_version_fits_its_shape_exactly() {
+        for route in ROUTES {
+            for version in route.versions.min..=route.versions.max {
+                let body = sample(route.key, version);
+                let shape = route.shape;
+                let mut walker = Walker {
+                    buf: &body,
+                    at: 0,
+                    version,
+                    flexible: version >= shape.flexible_from,
+                };
+                walker
+                    .walk(shape.fields)
+                    .unwrap_or_else(|e| panic!("{:?} v{version}: {e}", route.key));
+                assert_eq!(
+                    walker.at,
+                    body.len(),
+                    "{:?} v{version}: walked all bytes",
+                    route.key
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_array_longer_than_the_request_is_refused_before_decoding() {
+        // Metadata v1: topics array claiming 2^31-1 entries.
+        let body = [0x7f, 0xff, 0xff, 0xff, 0, 0];
+        assert!(METADATA.check(&body, 1).is_err());
+        // null topics, then nothing else at v1.
+        assert_eq!(METADATA.check(&[0xff, 0xff, 0xff, 0xff], 1), Ok(()));
+        // One topic "a" at v1.
+        assert_eq!(METADATA.check(&[0, 0, 0, 1, 0, 1, b'a'], 1), Ok(()));
+        assert!(METADATA.check(&[0, 0, 0, 1, 0, 2, b'a'], 1).is_err());
+    }
+}
