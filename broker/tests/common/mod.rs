@@ -147,3 +147,106 @@ pub async fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut()
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A raw protocol connection for tests that need to send exact bytes.
+pub mod raw {
+    use bytes::{Buf, BufMut, Bytes, BytesMut};
+    use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// A request frame (size prefix included).
+    pub fn frame<R: Encodable>(
+        key: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        request: &R,
+    ) -> Vec<u8> {
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("raw-test")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, key.request_header_version(version))
+            .unwrap();
+        request.encode(&mut body, version).unwrap();
+        let mut out = Vec::with_capacity(body.len() + 4);
+        out.put_u32(body.len() as u32);
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Reads one response frame; returns (correlation id, body) or None at end of stream.
+    pub async fn read_response(
+        stream: &mut TcpStream,
+        key: ApiKey,
+        version: i16,
+    ) -> Option<(i32, Bytes)> {
+        let mut size = [0u8; 4];
+        stream.read_exact(&mut size).await.ok()?;
+        let mut buf = vec![0u8; u32::from_be_bytes(size) as usize];
+        stream.read_exact(&mut buf).await.ok()?;
+        let mut buf = Bytes::from(buf);
+        let header =
+            ResponseHeader::decode(&mut buf, key.response_header_version(version)).unwrap();
+        Some((header.correlation_id, buf))
+    }
+
+    /// Sends a request and decodes its response.
+    pub async fn call<Req: Encodable, Resp: Decodable>(
+        stream: &mut TcpStream,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Resp {
+        stream
+            .write_all(&frame(key, version, 7, request))
+            .await
+            .unwrap();
+        let (correlation_id, mut body) = read_response(stream, key, version)
+            .await
+            .expect("a response");
+        assert_eq!(correlation_id, 7);
+        let response = Resp::decode(&mut body, version).unwrap();
+        assert!(!body.has_remaining(), "response fully decoded");
+        response
+    }
+
+    /// A record batch v2 of `count` records with the given timestamp.
+    pub fn batch(count: usize, value_len: usize, timestamp: i64) -> Bytes {
+        let records: Vec<Record> = (0..count)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp,
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: Some(Bytes::from(vec![b'v'; value_len])),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        buf.freeze()
+    }
+}
