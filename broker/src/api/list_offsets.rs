@@ -26,9 +26,15 @@ impl Handler for ListOffsets {
 
     async fn handle(
         ctx: &Arc<Context>,
-        _: &RequestHeader,
+        header: &RequestHeader,
         request: ListOffsetsRequest,
     ) -> Option<ListOffsetsResponse> {
+        // The leader epoch field exists from v4 on; earlier versions must leave it unset.
+        let leader_epoch = if header.request_api_version >= 4 {
+            0
+        } else {
+            -1
+        };
         let topics = request
             .topics
             .into_iter()
@@ -59,7 +65,7 @@ impl Handler for ListOffsets {
                                 }
                             },
                         }
-                        .with_leader_epoch(0)
+                        .with_leader_epoch(leader_epoch)
                     })
                     .collect();
                 ListOffsetsTopicResponse::default().with_name(wanted.name).with_partitions(partitions)
