@@ -8,9 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
+use ferry_core::state::StateStore;
 use ferry_core::{
-    CheckpointStore, ComponentMetrics, Counter, MemoryCheckpointStore, Shutdown, SinkBatch,
-    SinkContext, SourceContext,
+    CheckpointStore, ComponentMetrics, Counter, Shutdown, SinkBatch, SinkContext, SourceContext,
 };
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
@@ -26,7 +27,17 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Runs `topology` until `stop` fires (or every source ends), then drains and returns.
 pub async fn run(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
-    let store: Arc<dyn CheckpointStore> = Arc::new(MemoryCheckpointStore::default());
+    let data_dir = topology.agent.data_dir.clone();
+    let state = tokio::task::spawn_blocking(move || StateStore::open(&data_dir))
+        .await?
+        .context("opening the agent's state store")?;
+    for channel in topology.channels.values() {
+        channel
+            .start()
+            .await
+            .with_context(|| format!("starting channel `{}`", channel.name()))?;
+    }
+    let store: Arc<dyn CheckpointStore> = Arc::new(state.clone());
     let source_stop = stop.child();
     let drain = Shutdown::new();
 
@@ -37,7 +48,7 @@ pub async fn run(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
     }
     let mut sinks = JoinSet::new();
     for spec in topology.sinks {
-        sinks.spawn(run_sink(spec, drain.clone()));
+        sinks.spawn(run_sink(spec, drain.clone(), state.clone()));
     }
     info!(
         sources = sources.len(),
@@ -144,7 +155,7 @@ impl SinkCounters {
     }
 }
 
-async fn run_sink(spec: SinkSpec, drain: Shutdown) {
+async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
     let SinkSpec {
         name,
         mut sink,
@@ -155,6 +166,7 @@ async fn run_sink(spec: SinkSpec, drain: Shutdown) {
     let ctx = SinkContext {
         name: name.clone(),
         metrics: ComponentMetrics::new("sink", name.clone()),
+        state: Some(state),
     };
     let counters = SinkCounters::new(&ctx.metrics);
     let mut backoff = MIN_BACKOFF;

@@ -70,6 +70,11 @@ pub enum ChannelError {
 pub trait Channel: Send + Sync + 'static {
     /// The channel's name from the configuration.
     fn name(&self) -> &str;
+    /// Opens storage and recovers what it holds, before any source or sink runs. Factories
+    /// only validate (so that `agent validate` touches nothing); this is where files open.
+    async fn start(&self) -> Result<(), ChannelError> {
+        Ok(())
+    }
     /// Stores a whole batch, waiting while there is no room.
     async fn put(&self, batch: PutBatch) -> Result<(), ChannelError>;
     /// Stores a whole batch if there is room now, or fails with [`ChannelError::Full`].

@@ -24,6 +24,7 @@ pub mod registry;
 pub mod shutdown;
 pub mod sink;
 pub mod source;
+pub mod state;
 
 pub use ack::{AckTracker, Acknowledgement};
 pub use async_trait::async_trait;

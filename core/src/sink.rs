@@ -4,6 +4,7 @@ use async_trait::async_trait;
 
 use crate::event::Event;
 use crate::metrics::ComponentMetrics;
+use crate::state::StateStore;
 
 /// A batch handed to a sink: the events of one take transaction.
 #[derive(Clone, Copy, Debug)]
@@ -48,6 +49,9 @@ pub struct SinkContext {
     pub name: String,
     /// The sink's counters.
     pub metrics: ComponentMetrics,
+    /// The agent's state store, where a sink with exactly-once delivery keeps its progress
+    /// ([`StateStore::save_progress`]). `None` when the agent runs without state (tests).
+    pub state: Option<StateStore>,
 }
 
 /// A destination for events.

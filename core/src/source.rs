@@ -199,6 +199,10 @@ impl SourceContext {
             None => (None, checkpoint),
         };
         let last = inner.channels.len().saturating_sub(1);
+        // With several durable channels the checkpoint rides with the last one only: a crash
+        // between two puts then repeats the batch in the earlier channels (they got it without
+        // the checkpoint) instead of losing it in the later ones.
+        let last_durable = inner.channels.iter().rposition(|c| c.is_durable());
         let mut events = Some(events);
         for (i, channel) in inner.channels.iter().enumerate() {
             let batch_events = if i == last {
@@ -209,7 +213,11 @@ impl SourceContext {
             let batch = PutBatch {
                 source: inner.name.clone(),
                 events: batch_events,
-                checkpoint: durable_checkpoint.clone(),
+                checkpoint: if Some(i) == last_durable {
+                    durable_checkpoint.clone()
+                } else {
+                    None
+                },
                 ack: (!channel.is_durable()).then(|| ack.clone()).flatten(),
             };
             let result = if try_first && i == 0 {

@@ -57,6 +57,7 @@ fn context() -> ferry_core::SinkContext {
     ferry_core::SinkContext {
         name: "test".into(),
         metrics: ferry_core::ComponentMetrics::new("sink", "test"),
+        state: None,
     }
 }
 

@@ -20,10 +20,25 @@
 //! - A batch is never split across files; a file exceeds `roll_size` only when one batch
 //!   alone is larger.
 //! - A failed write is cut back off the file, so the retried batch is not written twice.
-//! - A file is finished by an atomic rename (followed by a sync of the directory); a
-//!   `.tmp` file left by a crash holds only delivered batches and is renamed at the next
-//!   start, so delivery is at-least-once (a batch whose take could not be committed is
-//!   written again).
+//! - A file is finished by an atomic rename (followed by a sync of the directory).
+//!
+//! # Exactly-once
+//!
+//! With the agent's state store, after every batch is on disk the sink records its
+//! **progress** there: the file being written, its committed length and the channel sequence
+//! numbers of the batch (`first..=last`). Only then does `deliver` return, and only then does
+//! the runner commit the take. A crash can therefore leave two kinds of surplus, and the next
+//! start removes both:
+//!
+//! - bytes written after the last recorded length (the batch was not acknowledged, so the
+//!   channel still holds it): the recorded file is cut back to its committed length, and
+//!   `.tmp` files other than the recorded one are deleted (they hold only such bytes);
+//! - a batch recorded but whose take was not committed (the channel gives it again): events
+//!   whose sequence numbers fall in the recorded range are skipped.
+//!
+//! Events from a durable channel (which numbers them) are thus written exactly once. With a
+//! memory channel the cut-back still prevents duplicates of unacknowledged events; without a
+//! state store (unit tests) the sink renames left-over `.tmp` files and is at-least-once.
 //! - Time rolls are checked before each batch and when the runner reports the sink idle, so
 //!   a quiet pipeline still finishes its file; no empty files are created.
 
@@ -38,10 +53,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferry_core::config::ByteSize;
+use ferry_core::state::StateStore;
 use ferry_core::{
-    ComponentConfig, ConfigError, Sink, SinkBatch, SinkContext, SinkError, async_trait,
+    ComponentConfig, ConfigError, Event, Sink, SinkBatch, SinkContext, SinkError, async_trait,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 pub use serializer::SerializerKind;
@@ -104,6 +120,22 @@ pub struct FileRollSink {
     current: Option<OpenFile>,
     /// Serialized batch, reused between batches.
     buffer: Vec<u8>,
+    /// Where progress is recorded, and under which name (set by `start`).
+    progress: Option<(StateStore, String)>,
+    /// Sequence numbers of the last batch recorded as written: redelivered events in this
+    /// range are skipped.
+    delivered: Option<(u64, u64)>,
+}
+
+/// What the sink records after each batch (JSON in the state store).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Progress {
+    /// Final name of the file being written.
+    file: String,
+    /// Its committed length in bytes.
+    length: u64,
+    /// Channel sequence numbers of the last batch written, if the channel numbers events.
+    delivered: Option<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -138,7 +170,36 @@ impl FileRollSink {
             index: 0,
             current: None,
             buffer: Vec::new(),
+            progress: None,
+            delivered: None,
         })
+    }
+
+    /// Records that the current file holds `length` committed bytes, the last batch being
+    /// `delivered`.
+    async fn record_progress(&self, delivered: Option<(u64, u64)>) -> Result<(), SinkError> {
+        let (Some((store, name)), Some(current)) = (&self.progress, &self.current) else {
+            return Ok(());
+        };
+        let file = current
+            .finished
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let record = Progress {
+            file,
+            length: current.size,
+            delivered,
+        };
+        let bytes = serde_json::to_vec(&record)
+            .map_err(|e| SinkError::Delivery(format!("encoding progress: {e}")))?;
+        let (store, name) = (store.clone(), name.clone());
+        blocking(move || {
+            store
+                .save_progress(&name, &bytes)
+                .map_err(|e| SinkError::Delivery(format!("recording progress: {e}")))
+        })
+        .await
     }
 
     fn file_name(&self, index: u64) -> String {
@@ -262,8 +323,15 @@ fn finish(
     Ok(())
 }
 
-/// Renames the `.tmp` files a crashed run left behind (they hold delivered batches).
-fn recover(directory: &Path, prefix: &str, suffix: &str) -> Result<usize, SinkError> {
+/// Cleans up after a crashed run: the recorded file is cut back to its committed length and
+/// finished; other `.tmp` files hold only unacknowledged bytes and are deleted. Without a
+/// progress record every `.tmp` file is finished as it is (at-least-once).
+fn recover(
+    directory: &Path,
+    prefix: &str,
+    suffix: &str,
+    progress: Option<&Progress>,
+) -> Result<usize, SinkError> {
     let context = || format!("listing {}", directory.display());
     let mut recovered = 0;
     for entry in std::fs::read_dir(directory).map_err(|e| SinkError::io(context(), e))? {
@@ -285,10 +353,43 @@ fn recover(directory: &Path, prefix: &str, suffix: &str) -> Result<usize, SinkEr
             tracing::warn!(file = %entry.path().display(), "left-over file has a finished twin; leaving it alone");
             continue;
         }
+        match progress {
+            Some(progress) if progress.file == final_name => {
+                cut_back(&entry.path(), progress.length)?;
+            }
+            Some(_) => {
+                std::fs::remove_file(entry.path()).map_err(|e| {
+                    SinkError::io(format!("removing {}", entry.path().display()), e)
+                })?;
+                tracing::info!(file = %entry.path().display(), "removed a file holding only unacknowledged events");
+                continue;
+            }
+            None => {}
+        }
         finish(&entry.path(), &finished, directory, true)?;
         recovered += 1;
     }
     Ok(recovered)
+}
+
+/// Cuts `path` back to `length` bytes (what was committed), durably.
+fn cut_back(path: &Path, length: u64) -> Result<(), SinkError> {
+    let context = || format!("cutting {} back to {length} bytes", path.display());
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| SinkError::io(context(), e))?;
+    let actual = file
+        .metadata()
+        .map_err(|e| SinkError::io(context(), e))?
+        .len();
+    if actual > length {
+        file.set_len(length)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| SinkError::io(context(), e))?;
+        tracing::info!(file = %path.display(), removed = actual - length, "cut unacknowledged bytes off the end of a file");
+    }
+    Ok(())
 }
 
 /// Whether `text` is `<13 digits>-<10 digits>`, the middle of the names this sink writes.
@@ -325,11 +426,31 @@ impl Sink for FileRollSink {
             suffix,
             ..
         } = self.config.clone();
+        self.progress = ctx.state.clone().map(|store| (store, ctx.name.clone()));
+        let recorded = match &self.progress {
+            Some((store, name)) => {
+                let (store, name) = (store.clone(), name.clone());
+                let raw = blocking(move || {
+                    store
+                        .load_progress(&name)
+                        .map_err(|e| SinkError::Delivery(format!("loading progress: {e}")))
+                })
+                .await?;
+                match raw {
+                    Some(raw) => Some(serde_json::from_slice::<Progress>(&raw).map_err(|e| {
+                        SinkError::Delivery(format!("progress record is damaged: {e}"))
+                    })?),
+                    None => None,
+                }
+            }
+            None => None,
+        };
+        self.delivered = recorded.as_ref().and_then(|p| p.delivered);
         let recovered = blocking(move || {
             std::fs::create_dir_all(&directory).map_err(|e| {
                 SinkError::io(format!("creating directory {}", directory.display()), e)
             })?;
-            recover(&directory, &prefix, &suffix)
+            recover(&directory, &prefix, &suffix, recorded.as_ref())
         })
         .await?;
         if recovered > 0 {
@@ -349,10 +470,27 @@ impl Sink for FileRollSink {
         if self.roll_due_by_time() {
             self.roll().await?;
         }
+        // Skip what an earlier run recorded as written but could not commit.
+        let skip = |i: usize| match (batch.sequences, self.delivered) {
+            (Some(seqs), Some((first, last))) => {
+                seqs.get(i).is_some_and(|s| (first..=last).contains(s))
+            }
+            _ => false,
+        };
+        let fresh: Vec<&Event> = (0..batch.events.len())
+            .filter(|i| !skip(*i))
+            .map(|i| &batch.events[i])
+            .collect();
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let delivered = batch
+            .sequences
+            .and_then(|seqs| Some((*seqs.first()?, *seqs.last()?)));
         self.buffer.clear();
         serializer::write_batch(
             &mut self.buffer,
-            batch.events,
+            fresh,
             self.config.serializer,
             self.config.append_newline,
         );
@@ -364,7 +502,23 @@ impl Sink for FileRollSink {
         if self.current.is_none() {
             self.open().await?;
         }
+        let before = self.current.as_ref().map_or(0, |current| current.size);
         self.write_buffer().await?;
+        if let Err(error) = self.record_progress(delivered).await {
+            // Not recorded, so not acknowledged: take the bytes back off so that the retry
+            // does not write them twice.
+            if let Some(current) = &mut self.current {
+                let (file, path) = (Arc::clone(&current.file), current.temporary.clone());
+                current.size = before;
+                blocking(move || {
+                    file.set_len(before)
+                        .map_err(|e| SinkError::io(format!("truncating {}", path.display()), e))
+                })
+                .await?;
+            }
+            return Err(error);
+        }
+        self.delivered = delivered;
         if self
             .current
             .as_ref()

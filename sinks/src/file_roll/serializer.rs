@@ -15,9 +15,9 @@ pub enum SerializerKind {
 }
 
 /// Appends a whole batch to `out`.
-pub(super) fn write_batch(
+pub(super) fn write_batch<'a>(
     out: &mut Vec<u8>,
-    events: &[Event],
+    events: impl IntoIterator<Item = &'a Event>,
     kind: SerializerKind,
     append_newline: bool,
 ) {

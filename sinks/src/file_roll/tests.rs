@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use ferry_core::{Event, Sink, SinkBatch};
+use std::io::Write as _;
 
 use super::*;
 
@@ -217,4 +218,87 @@ fn rejects_bad_options() {
     assert!(!bad(
         "directory: /tmp\nroll_size: 64MiB\nserializer: text\nsync: false"
     ));
+}
+
+/// A sink context with a real state store in `state_dir`.
+fn durable_context(state_dir: &Path) -> SinkContext {
+    SinkContext {
+        name: "files".into(),
+        metrics: ferry_core::ComponentMetrics::new("sink", "files"),
+        state: Some(StateStore::open(state_dir).unwrap()),
+    }
+}
+
+async fn deliver_numbered(sink: &mut FileRollSink, seqs: std::ops::RangeInclusive<u64>) {
+    let sequences: Vec<u64> = seqs.collect();
+    let events: Vec<Event> = sequences
+        .iter()
+        .map(|s| Event::from_body(format!("e{s}")))
+        .collect();
+    sink.deliver(SinkBatch {
+        events: &events,
+        sequences: Some(&sequences),
+    })
+    .await
+    .unwrap();
+}
+
+fn all_contents(dir: &Path) -> String {
+    let (finished, in_progress) = files(dir);
+    assert!(in_progress.is_empty(), "left in progress: {in_progress:?}");
+    finished
+        .iter()
+        .map(|n| std::fs::read_to_string(dir.join(n)).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_batch_redelivered_after_a_crash_is_not_written_twice() {
+    let (out, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut sink = build(out.path(), "");
+    sink.start(&durable_context(state.path())).await.unwrap();
+    deliver_numbered(&mut sink, 1..=2).await;
+    deliver_numbered(&mut sink, 3..=4).await;
+    drop(sink); // crash: the take of 3..=4 was never committed
+    let mut sink = build(out.path(), "");
+    sink.start(&durable_context(state.path())).await.unwrap();
+    deliver_numbered(&mut sink, 3..=5).await; // the channel gives 3 and 4 again
+    sink.stop().await.unwrap();
+    assert_eq!(all_contents(out.path()), "e1\ne2\ne3\ne4\ne5\n");
+}
+
+#[tokio::test]
+async fn bytes_written_but_not_recorded_are_cut_off_at_start() {
+    let (out, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut sink = build(out.path(), "");
+    sink.start(&durable_context(state.path())).await.unwrap();
+    deliver_numbered(&mut sink, 1..=2).await;
+    drop(sink);
+    // The crash came after the next batch reached the file but before it was recorded.
+    let (_, in_progress) = files(out.path());
+    let tmp = out.path().join(&in_progress[0]);
+    let mut file = OpenOptions::new().append(true).open(&tmp).unwrap();
+    file.write_all(b"e3\ne4").unwrap();
+    drop(file);
+    let mut sink = build(out.path(), "");
+    sink.start(&durable_context(state.path())).await.unwrap();
+    deliver_numbered(&mut sink, 3..=4).await;
+    sink.stop().await.unwrap();
+    assert_eq!(all_contents(out.path()), "e1\ne2\ne3\ne4\n");
+}
+
+#[tokio::test]
+async fn files_holding_only_unrecorded_bytes_are_removed_at_start() {
+    let (out, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut sink = build(out.path(), "roll_size: 3");
+    sink.start(&durable_context(state.path())).await.unwrap();
+    deliver_numbered(&mut sink, 1..=1).await; // fills and finishes the first file
+    drop(sink);
+    // A crash right after a new file got its first, unrecorded batch.
+    std::fs::write(out.path().join("9999999999999-0000000001.tmp"), "e2\n").unwrap();
+    let mut sink = build(out.path(), "");
+    sink.start(&durable_context(state.path())).await.unwrap();
+    deliver_numbered(&mut sink, 2..=2).await;
+    sink.stop().await.unwrap();
+    assert_eq!(all_contents(out.path()), "e1\ne2\n");
 }
