@@ -7,6 +7,8 @@
 //! | `exec`    | [`exec`]               | `ExecSource`             |
 //! | `http`    | [`http`]               | `HTTPSource` + `JSONHandler` |
 //! | `stdin`   | [`stdin`]              | (none)                   |
+//! | `taildir` | [`taildir`]            | `TaildirSource`          |
+//! | `spooldir`| [`spooldir`]           | `SpoolDirectorySource`   |
 //!
 //! Interceptors (`timestamp`, `host`, `static`) live in [`interceptors`].
 //!
@@ -17,12 +19,16 @@
 use ferry_core::Registry;
 
 pub mod exec;
+#[cfg(unix)]
+mod file_id;
 pub mod http;
 pub mod interceptors;
 mod lines;
 pub mod netcat;
 pub mod seq;
 pub mod stdin;
+#[cfg(unix)]
+pub mod taildir;
 
 #[cfg(test)]
 mod test_channel;
@@ -37,6 +43,10 @@ pub fn register(registry: &mut Registry) {
         .register_source("exec", |cfg| Ok(Box::new(exec::ExecSource::build(cfg)?)))
         .register_source("http", |cfg| Ok(Box::new(http::HttpSource::build(cfg)?)))
         .register_source("stdin", |cfg| Ok(Box::new(stdin::StdinSource::build(cfg)?)));
+    #[cfg(unix)]
+    registry.register_source("taildir", |cfg| {
+        Ok(Box::new(taildir::TaildirSource::build(cfg)?))
+    });
     interceptors::register(registry);
 }
 
@@ -76,7 +86,7 @@ mod tests {
         register(&mut registry);
         assert_eq!(
             registry.type_names(ComponentKind::Source),
-            vec!["exec", "http", "netcat", "seq", "stdin"]
+            vec!["exec", "http", "netcat", "seq", "stdin", "taildir"]
         );
         assert_eq!(
             registry.type_names(ComponentKind::Interceptor),

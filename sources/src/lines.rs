@@ -1,6 +1,7 @@
 //! Splitting a byte stream into lines without copying: one read fills a buffer, and every
 //! complete line in it becomes an event body that shares that buffer (`Bytes`), so a read of
-//! many lines costs one allocation, not one per line. Used by `netcat`, `exec` and `stdin`.
+//! many lines costs one allocation, not one per line. Used by `netcat`, `exec`, `stdin`,
+//! `taildir` and `spooldir`.
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -36,6 +37,35 @@ impl LineBuffer {
         reader.read_buf(&mut self.buf).await
     }
 
+    /// Reads once from a blocking `reader` (a file, read on a blocking thread); returns the
+    /// number of bytes read, 0 at end of input.
+    pub(crate) fn fill_from<R: std::io::Read + ?Sized>(
+        &mut self,
+        reader: &mut R,
+    ) -> std::io::Result<usize> {
+        let start = self.buf.len();
+        self.buf.resize(start + READ_SIZE, 0);
+        let result = loop {
+            match reader.read(&mut self.buf[start..]) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                other => break other,
+            }
+        };
+        self.buf.truncate(start + result.as_ref().map_or(0, |n| *n));
+        result
+    }
+
+    /// Bytes buffered, complete lines and partial tail.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Forgets everything buffered.
+    pub(crate) fn clear(&mut self) {
+        self.buf.clear();
+        self.scanned = 0;
+    }
+
     /// Appends bytes read elsewhere.
     pub(crate) fn push(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);
@@ -54,6 +84,12 @@ impl LineBuffer {
 
     /// Takes the next complete line off the front, without its line ending.
     pub(crate) fn next_line(&mut self) -> Option<Bytes> {
+        self.next_line_and_size().map(|(line, _)| line)
+    }
+
+    /// Takes the next complete line off the front, without its line ending, with the number
+    /// of bytes it took from the input (line ending included).
+    pub(crate) fn next_line_and_size(&mut self) -> Option<(Bytes, usize)> {
         let len = self.next_line_len()?;
         let mut line = self.buf.split_to(len + 1);
         self.scanned = 0;
@@ -61,7 +97,20 @@ impl LineBuffer {
         if self.strip_cr && line.last() == Some(&b'\r') {
             line.truncate(len - 1);
         }
-        Some(line.freeze())
+        Some((line.freeze(), len + 1))
+    }
+
+    /// Takes everything buffered as one line (a last line without its `\n`), with its size
+    /// in the input; `None` if nothing is buffered. Unlike [`take_rest`](Self::take_rest) it
+    /// does not look for complete lines first, and keeps a trailing `\r` (more may follow).
+    pub(crate) fn take_partial(&mut self) -> Option<(Bytes, usize)> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        self.scanned = 0;
+        let line = self.buf.split().freeze();
+        let size = line.len();
+        Some((line, size))
     }
 
     /// Bytes buffered that are not yet part of a complete line.
