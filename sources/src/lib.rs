@@ -26,6 +26,8 @@ pub mod interceptors;
 mod lines;
 pub mod netcat;
 pub mod seq;
+#[cfg(unix)]
+pub mod spooldir;
 pub mod stdin;
 #[cfg(unix)]
 pub mod taildir;
@@ -44,9 +46,13 @@ pub fn register(registry: &mut Registry) {
         .register_source("http", |cfg| Ok(Box::new(http::HttpSource::build(cfg)?)))
         .register_source("stdin", |cfg| Ok(Box::new(stdin::StdinSource::build(cfg)?)));
     #[cfg(unix)]
-    registry.register_source("taildir", |cfg| {
-        Ok(Box::new(taildir::TaildirSource::build(cfg)?))
-    });
+    registry
+        .register_source("taildir", |cfg| {
+            Ok(Box::new(taildir::TaildirSource::build(cfg)?))
+        })
+        .register_source("spooldir", |cfg| {
+            Ok(Box::new(spooldir::SpooldirSource::build(cfg)?))
+        });
     interceptors::register(registry);
 }
 
@@ -86,7 +92,9 @@ mod tests {
         register(&mut registry);
         assert_eq!(
             registry.type_names(ComponentKind::Source),
-            vec!["exec", "http", "netcat", "seq", "stdin", "taildir"]
+            vec![
+                "exec", "http", "netcat", "seq", "spooldir", "stdin", "taildir"
+            ]
         );
         assert_eq!(
             registry.type_names(ComponentKind::Interceptor),
