@@ -65,6 +65,12 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Runs the bundled Kafka-compatible broker alone, until SIGINT/SIGTERM.
+    Broker {
+        /// A YAML file of broker settings (the keys of a pipeline's `broker:` section).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Creates, lists, describes, alters and deletes topics (as kafka-topics.sh).
     Topics(tools::topics::TopicsArgs),
     /// Writes standard input to a topic, a record per line (as kafka-console-producer.sh).
@@ -80,6 +86,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
     match cli.command {
         Command::Validate { files } => validate(&files, &registry),
         Command::Run { file } => run(&file, registry),
+        Command::Broker { config } => broker(config.as_deref()),
         Command::Topics(args) => tool(tools::topics::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
@@ -156,6 +163,65 @@ fn run(file: &Path, registry: Registry) -> ExitCode {
             }
         }
     })
+}
+
+fn broker(file: Option<&Path>) -> ExitCode {
+    let config = match file {
+        None => ferry_broker::BrokerConfig::default(),
+        Some(file) => match load_broker_config(file) {
+            Ok(config) => config,
+            Err(problems) => {
+                eprintln!("{problems}");
+                return ExitCode::from(EXIT_BAD_CONFIG);
+            }
+        },
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let stop = Shutdown::new();
+        if let Err(e) = watch_signals(stop.clone()) {
+            eprintln!("cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+        let broker = match ferry_broker::Broker::start(config).await {
+            Ok(broker) => broker,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the broker");
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(listen = %broker.local_addr(), "broker started");
+        stop.wait().await;
+        broker.shutdown().await;
+        tracing::info!("broker stopped");
+        ExitCode::SUCCESS
+    })
+}
+
+fn load_broker_config(file: &Path) -> Result<ferry_broker::BrokerConfig, topology::Problems> {
+    let problems = |error| topology::Problems {
+        file: file.to_owned(),
+        errors: vec![error],
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        problems(ferry_core::ConfigError::new(
+            None,
+            format!("cannot read: {e}"),
+        ))
+    })?;
+    let node = marked_yaml::parse_yaml(0, &text).map_err(|e| {
+        problems(ferry_core::ConfigError::new(
+            None,
+            format!("invalid YAML: {e}"),
+        ))
+    })?;
+    topology::parse_section(&node, "broker").map_err(problems)
 }
 
 /// First SIGINT/SIGTERM: fire `stop` (drain and exit 0). Second: exit at once.

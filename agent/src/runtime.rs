@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use ferry_broker::Broker;
 use ferry_core::state::StateStore;
 use ferry_core::{
     CheckpointStore, ComponentMetrics, Counter, Shutdown, SinkBatch, SinkContext, SourceContext,
@@ -25,8 +26,35 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest wait between retries (Flume's sink runner backs off up to 5 s).
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Runs `topology` until `stop` fires (or every source ends), then drains and returns.
+/// Runs `topology` until `stop` fires (or every source ends, when there is no broker), then
+/// drains and returns.
 pub async fn run(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
+    // The broker comes first, so that Kafka components find it, and goes last.
+    let broker = match topology.broker.clone() {
+        Some(config) => {
+            let broker = Broker::start(config)
+                .await
+                .context("starting the bundled broker")?;
+            info!(listen = %broker.local_addr(), "bundled broker started");
+            Some(broker)
+        }
+        None => None,
+    };
+    let result = run_pipeline(topology, stop.clone()).await;
+    if let Some(broker) = broker {
+        if result.is_ok() {
+            // With a broker the agent serves until it is told to stop, even when every
+            // source has ended.
+            stop.wait().await;
+        }
+        broker.shutdown().await;
+        info!("bundled broker stopped");
+    }
+    result
+}
+
+/// Runs the sources, channels and sinks until `stop` fires or every source ends.
+async fn run_pipeline(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
     let data_dir = topology.agent.data_dir.clone();
     let state = tokio::task::spawn_blocking(move || StateStore::open(&data_dir))
         .await?

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ferry_broker::BrokerConfig;
 use ferry_core::config::{ComponentKind, Location, unknown_name_message};
 use ferry_core::registry::{SinkFactory, SourceFactory};
 use ferry_core::{Channel, ComponentConfig, ConfigError, Interceptor, Registry, Sink, Source};
@@ -76,8 +77,8 @@ pub struct SinkSpec {
 pub struct Topology {
     /// The `agent:` section.
     pub agent: AgentSettings,
-    /// The `broker:` section, if any, as written.
-    pub broker: Option<Node>,
+    /// The `broker:` section: start the bundled broker in this process.
+    pub broker: Option<BrokerConfig>,
     /// Channels by name.
     pub channels: BTreeMap<String, Arc<dyn Channel>>,
     /// Sources, in file order.
@@ -243,29 +244,17 @@ impl Builder<'_> {
             }
         }
         if let Some(agent) = root.get_node("agent") {
-            match marked_yaml::from_node::<AgentSettings>(agent) {
+            match parse_section::<AgentSettings>(agent, "agent") {
                 Ok(settings) => topology.agent = settings,
-                Err(e) => {
-                    let cfg = ComponentConfig::from_node(
-                        ComponentKind::Source,
-                        "agent",
-                        "agent",
-                        agent.clone(),
-                        ".",
-                    );
-                    // Reuse the component parser for its positions and suggestions.
-                    let error = cfg
-                        .parse::<AgentSettings>()
-                        .err()
-                        .unwrap_or_else(|| ConfigError::new(location(agent), e.to_string()));
-                    self.errors.push(ConfigError {
-                        component: Some("section `agent`".into()),
-                        ..error
-                    });
-                }
+                Err(error) => self.errors.push(error),
             }
         }
-        topology.broker = root.get_node("broker").cloned();
+        if let Some(broker) = root.get_node("broker") {
+            match parse_section::<BrokerConfig>(broker, "broker") {
+                Ok(settings) => topology.broker = Some(settings),
+                Err(error) => self.errors.push(error),
+            }
+        }
         let data_dir = topology.agent.data_dir.clone();
 
         // Channels first: sources and sinks refer to them.
@@ -651,6 +640,27 @@ impl Builder<'_> {
         }
         out
     }
+}
+
+/// Parses a top-level section (`agent:`, `broker:`) with the positions and suggestions
+/// component options get.
+pub fn parse_section<T: serde::de::DeserializeOwned>(
+    node: &Node,
+    section: &str,
+) -> Result<T, ConfigError> {
+    let node = match node {
+        // An empty section (`broker:` alone) means all defaults.
+        Node::Scalar(s) if s.as_str().is_empty() => {
+            Node::from(MarkedMappingNode::new_empty(*node.span()))
+        }
+        other => other.clone(),
+    };
+    ComponentConfig::from_node(ComponentKind::Source, section, section, node, ".")
+        .parse::<T>()
+        .map_err(|error| ConfigError {
+            component: Some(format!("section `{section}`")),
+            ..error
+        })
 }
 
 /// Keys of a component entry that the runtime handles, not the component.

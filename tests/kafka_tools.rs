@@ -1,0 +1,347 @@
+//! The bundled broker run by the agent (alone and inside a pipeline), driven by the agent's
+//! Kafka tools, which are librdkafka clients.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+#[path = "harness.rs"]
+mod harness;
+
+use harness::{Agent, free_port, wait_until};
+
+fn agent(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "agent {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+/// Starts `agent run` on a pipeline file holding only a `broker:` section.
+fn start_broker(dir: &std::path::Path) -> (Agent, String) {
+    let port = free_port();
+    let config =
+        format!("broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n  num_partitions: 2\n");
+    let agent = Agent::start(dir, &config);
+    let bootstrap = format!("127.0.0.1:{port}");
+    wait_until(Duration::from_secs(30), "the broker to listen", || {
+        std::net::TcpStream::connect(&bootstrap).is_ok()
+    });
+    (agent, bootstrap)
+}
+
+#[test]
+fn topics_tool_creates_describes_lists_grows_and_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = start_broker(dir.path());
+    let b = bootstrap.as_str();
+    let created = agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--create",
+            "--topic",
+            "first",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "1",
+            "--config",
+            "retention.ms=60000",
+        ],
+        None,
+    );
+    assert_eq!(stdout(&created), "Created topic first.\n");
+    agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--create",
+            "--topic",
+            "second",
+        ],
+        None,
+    );
+    let listed = agent(&["topics", "--bootstrap-server", b, "--list"], None);
+    assert_eq!(stdout(&listed), "first\nsecond\n");
+    let described = stdout(&agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--describe",
+            "--topic",
+            "first",
+        ],
+        None,
+    ));
+    let lines: Vec<&str> = described.lines().collect();
+    assert_eq!(lines.len(), 4, "{described}");
+    assert!(
+        lines[0].starts_with("Topic: first\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: "),
+        "{described}"
+    );
+    assert!(lines[0].contains("retention.ms=60000"), "{described}");
+    for (p, line) in lines[1..].iter().enumerate() {
+        assert_eq!(
+            *line,
+            format!("\tTopic: first\tPartition: {p}\tLeader: 0\tReplicas: 0\tIsr: 0")
+        );
+    }
+    agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--alter",
+            "--topic",
+            "first",
+            "--partitions",
+            "5",
+        ],
+        None,
+    );
+    let described = stdout(&agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--describe",
+            "--topic",
+            "first",
+        ],
+        None,
+    ));
+    assert!(described.contains("PartitionCount: 5"), "{described}");
+    let deleted = agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--delete",
+            "--topic",
+            "second",
+        ],
+        None,
+    );
+    assert_eq!(stdout(&deleted), "Deleted topic second.\n");
+    let listed = agent(&["topics", "--bootstrap-server", b, "--list"], None);
+    assert_eq!(stdout(&listed), "first\n");
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn console_producer_and_consumer_round_trip_keys_and_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = start_broker(dir.path());
+    let b = bootstrap.as_str();
+    let lines: Vec<String> = (0..5000)
+        .map(|i| format!("key-{}:value {i}", i % 7))
+        .collect();
+    let input = lines.join("\n") + "\n";
+    agent(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "events",
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+            "--compression-codec",
+            "zstd",
+        ],
+        Some(input.as_bytes()),
+    );
+    let out = agent(
+        &[
+            "console-consumer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "events",
+            "--from-beginning",
+            "--max-messages",
+            "5000",
+            "--property",
+            "print.key=true",
+            "--property",
+            "key.separator=:",
+        ],
+        None,
+    );
+    let mut got: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
+    let mut want = lines.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    // Each partition read on its own from an offset: all records of a key are in one
+    // partition, in the order produced.
+    let mut total = 0;
+    for partition in ["0", "1"] {
+        let out = agent(
+            &[
+                "console-consumer",
+                "--bootstrap-server",
+                b,
+                "--topic",
+                "events",
+                "--partition",
+                partition,
+                "--offset",
+                "earliest",
+                "--timeout-ms",
+                "1500",
+                "--property",
+                "print.key=true",
+                "--property",
+                "key.separator=:",
+            ],
+            None,
+        );
+        let text = stdout(&out);
+        total += text.lines().count();
+        for key in 0..7 {
+            let prefix = format!("key-{key}:");
+            let got: Vec<&str> = text.lines().filter(|l| l.starts_with(&prefix)).collect();
+            if got.is_empty() {
+                continue;
+            }
+            let want: Vec<&str> = lines
+                .iter()
+                .map(String::as_str)
+                .filter(|l| l.starts_with(&prefix))
+                .collect();
+            assert_eq!(got, want, "partition {partition}, key {key}");
+        }
+    }
+    assert_eq!(total, 5000);
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn broker_command_serves_until_sigterm_and_keeps_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = dir.path().join("broker.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen: 127.0.0.1:{port}\ndata_dir: {}\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let bootstrap = format!("127.0.0.1:{port}");
+    let run = || {
+        let child = Command::new(env!("CARGO_BIN_EXE_agent"))
+            .args(["broker", "--config", config.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_until(Duration::from_secs(30), "the broker to listen", || {
+            std::net::TcpStream::connect(&bootstrap).is_ok()
+        });
+        child
+    };
+    let stop = |mut child: std::process::Child| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            Signal::SIGTERM,
+        )
+        .unwrap();
+        assert!(child.wait().unwrap().success());
+    };
+    let child = run();
+    agent(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            "kept",
+        ],
+        Some(b"one\ntwo\nthree\n"),
+    );
+    stop(child);
+    let child = run();
+    let out = agent(
+        &[
+            "console-consumer",
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            "kept",
+            "--from-beginning",
+            "--max-messages",
+            "3",
+        ],
+        None,
+    );
+    assert_eq!(stdout(&out), "one\ntwo\nthree\n");
+    stop(child);
+}
+
+#[test]
+fn broker_settings_are_validated_with_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.yaml");
+    std::fs::write(
+        &file,
+        "broker:\n  listen: 127.0.0.1:0\n  num_partitons: 3\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            ":3:3: section `broker`: unknown option `num_partitons`, did you mean `num_partitions`?"
+        ),
+        "{stderr}"
+    );
+}
