@@ -89,14 +89,12 @@ sinks:
     assert!(status.success(), "{status:?}\n{}", agent.log());
     let text = String::from_utf8(read_dir_concat(&out)).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let mut expected = 0usize;
-    for line in &lines {
+    for (expected, line) in lines.iter().enumerate() {
         assert_eq!(
             *line,
             expected.to_string(),
-            "CRASH_SEED={seed}: after event {expected} the output went wrong (duplicate, gap or reorder)"
+            "CRASH_SEED={seed}: at event {expected} the output went wrong (duplicate, gap or reorder)"
         );
-        expected += 1;
     }
     assert_eq!(lines.len(), TOTAL, "CRASH_SEED={seed}");
 }
