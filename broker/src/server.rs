@@ -132,7 +132,7 @@ impl Broker {
             tracker.clone(),
             max_request,
         ));
-        tracker.spawn(retention(
+        tracker.spawn(maintenance(
             Arc::clone(&ctx),
             Duration::from_millis(config.log_retention_check_interval_ms.max(1)),
         ));
@@ -185,14 +185,22 @@ async fn accept(
     }
 }
 
-async fn retention(ctx: Arc<Context>, every: Duration) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// Background log maintenance: retention every `log.retention.check.interval.ms`, and the
+/// time-based flush policy (`flush.ms`) checked every second (Kafka's
+/// `log.flush.scheduler.interval.ms`). Blocking file work runs off the async threads.
+async fn maintenance(ctx: Arc<Context>, retention_every: Duration) {
+    let mut retention = tokio::time::interval(retention_every);
+    retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut flush = tokio::time::interval(Duration::from_secs(1));
+    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = ticks.tick() => ctx.topics.enforce_retention(),
+        let job: fn(&Topics) = tokio::select! {
+            _ = retention.tick() => Topics::enforce_retention,
+            _ = flush.tick() => Topics::flush_due,
             _ = ctx.shutdown.cancelled() => return,
-        }
+        };
+        let ctx = Arc::clone(&ctx);
+        let _ = tokio::task::spawn_blocking(move || job(&ctx.topics)).await;
     }
 }
 

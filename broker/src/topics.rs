@@ -353,6 +353,17 @@ impl Topics {
         }
     }
 
+    /// Fsyncs the partitions whose `flush.ms` has passed with records waiting.
+    pub(crate) fn flush_due(&self) {
+        for topic in self.all() {
+            for partition in &topic.partitions {
+                if let Err(e) = partition.log().flush_if_due() {
+                    tracing::error!(topic = %topic.name, partition = partition.index, error = %e, "flush failed");
+                }
+            }
+        }
+    }
+
     /// Fsyncs every partition (on shutdown).
     pub(crate) fn flush_all(&self) {
         for topic in self.all() {

@@ -17,6 +17,7 @@ use kafka_protocol::protocol::{StrBytes, VersionRange};
 use tokio::time::Instant;
 
 use super::{Context, Handler};
+use crate::log::Read;
 
 pub(super) struct Fetch;
 
@@ -53,18 +54,23 @@ fn collect(
                     any_error = true;
                     return data.with_error_code(missing_error.code()).with_high_watermark(-1);
                 };
-                let log = partition.log();
-                let (start, end) = (log.log_start_offset(), log.log_end_offset());
+                // Only locate the bytes under the lock; read them after releasing it.
+                let (start, end, read) = {
+                    let log = partition.log();
+                    let limit = usize::try_from(p.partition_max_bytes).unwrap_or(0).min(remaining);
+                    // After the first batch of the response, limits are strict.
+                    let read = if limit == 0 && total > 0 {
+                        Ok(Some(Read::Empty))
+                    } else {
+                        log.read(p.fetch_offset, limit)
+                    };
+                    (log.log_start_offset(), log.log_end_offset(), read)
+                };
                 let data = data
                     .with_high_watermark(end)
                     .with_last_stable_offset(end)
                     .with_log_start_offset(start);
-                // After the first batch of the response, limits are strict.
-                let limit = usize::try_from(p.partition_max_bytes).unwrap_or(0).min(remaining);
-                if limit == 0 && total > 0 {
-                    return data.with_records(Some(Default::default()));
-                }
-                match log.read(p.fetch_offset, limit) {
+                match read.and_then(|r| r.map(|r| r.bytes()).transpose()) {
                     Ok(Some(records)) => {
                         total += records.len();
                         remaining = remaining.saturating_sub(records.len());

@@ -42,7 +42,7 @@ use bytes::Bytes;
 
 use crate::topic_config::LogConfig;
 use batch::{BatchError, BatchHeader};
-use segment::Segment;
+use segment::{FileSlice, Segment};
 
 /// A storage failure, with the file it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +75,24 @@ pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// What a fetch gets from a log.
+pub(crate) enum Read {
+    /// Nothing after the offset yet.
+    Empty,
+    /// Batches to read from a segment file.
+    Slice(FileSlice),
+}
+
+impl Read {
+    /// The bytes, read now.
+    pub(crate) fn bytes(&self) -> Result<Bytes, StorageError> {
+        match self {
+            Read::Empty => Ok(Bytes::new()),
+            Read::Slice(slice) => slice.read(),
+        }
+    }
 }
 
 /// Result of looking up an offset by timestamp.
@@ -241,28 +259,21 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Whole batches from the one containing `offset` (see [`Segment::read`]); `None` when the
-    /// offset is outside [log start, log end].
-    pub(crate) fn read(
-        &self,
-        offset: i64,
-        max_bytes: usize,
-    ) -> Result<Option<Bytes>, StorageError> {
+    /// Where to read whole batches from the one containing `offset` (see [`Segment::slice`]):
+    /// `None` when the offset is outside [log start, log end], an empty read at the log end.
+    pub(crate) fn read(&self, offset: i64, max_bytes: usize) -> Result<Option<Read>, StorageError> {
         if offset < self.log_start_offset() || offset > self.log_end_offset() {
             return Ok(None);
         }
         let slot = self.segments.partition_point(|s| s.base_offset() <= offset);
-        let mut bytes = Bytes::new();
         // The segment holding the offset, or the next non-empty one (an offset can fall in a
         // gap left by a rolled empty segment).
         for segment in self.segments.iter().skip(slot.saturating_sub(1)) {
-            let from = offset.max(segment.base_offset());
-            bytes = segment.read(from, max_bytes)?;
-            if !bytes.is_empty() {
-                break;
+            if let Some(slice) = segment.slice(offset.max(segment.base_offset()), max_bytes)? {
+                return Ok(Some(Read::Slice(slice)));
             }
         }
-        Ok(Some(bytes))
+        Ok(Some(Read::Empty))
     }
 
     /// The earliest record whose timestamp is at or after `timestamp`.
@@ -329,7 +340,17 @@ impl PartitionLog {
         Ok(deleted)
     }
 
-    /// Fsyncs the active segment (older segments were complete before the last flush).
+    /// Fsyncs when records are waiting and the last fsync is older than `flush.ms`.
+    pub(crate) fn flush_if_due(&mut self) -> Result<(), StorageError> {
+        if self.unflushed_records > 0
+            && self.last_flush.elapsed().as_millis() as i64 >= self.config.flush_ms
+        {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Fsyncs every segment's files.
     pub(crate) fn flush(&mut self) -> Result<(), StorageError> {
         for segment in &self.segments {
             segment.flush()?;
@@ -371,12 +392,19 @@ mod tests {
         assert!(log.segment_count() > 3);
         assert_eq!(log.log_end_offset(), 150);
         for offset in [0, 1, 2, 3, 77, 149] {
-            let bytes = log.read(offset, 1).unwrap().unwrap();
+            let bytes = log.read(offset, 1).unwrap().unwrap().bytes().unwrap();
             let header = batch::validate(&bytes).unwrap();
             assert_eq!(header.base_offset, offset / 3 * 3);
             assert_eq!(bytes.len(), header.size);
         }
-        assert!(log.read(150, 100).unwrap().unwrap().is_empty());
+        assert!(
+            log.read(150, 100)
+                .unwrap()
+                .unwrap()
+                .bytes()
+                .unwrap()
+                .is_empty()
+        );
         assert!(log.read(151, 100).unwrap().is_none());
         let found = log.offset_for_timestamp(1020).unwrap().unwrap();
         assert_eq!(found.offset, 60);
@@ -385,7 +413,7 @@ mod tests {
         drop(log);
         let log = PartitionLog::open(dir.path(), "t-0".into(), config(500)).unwrap();
         assert_eq!(log.log_end_offset(), 150);
-        let bytes = log.read(77, 1).unwrap().unwrap();
+        let bytes = log.read(77, 1).unwrap().unwrap().bytes().unwrap();
         assert_eq!(batch::validate(&bytes).unwrap().base_offset, 75);
     }
 }

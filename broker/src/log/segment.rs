@@ -343,28 +343,23 @@ impl Segment {
         Ok(None)
     }
 
-    /// Whole batches from the one containing `offset`, at most `max_bytes` of them unless the
-    /// first alone is larger (then just that one, so a consumer always makes progress).
-    pub(crate) fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, StorageError> {
+    /// Where the batches from the one containing `offset` lie: at most `max_bytes` of them
+    /// unless the first alone is larger (then that one, so a consumer always makes progress).
+    pub(crate) fn slice(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<Option<FileSlice>, StorageError> {
         let Some((position, first)) = self.position_of(offset)? else {
-            return Ok(Bytes::new());
+            return Ok(None);
         };
         let available = (self.size - position) as usize;
-        let want = available.min(max_bytes.max(first.size));
-        let mut buf = BytesMut::zeroed(want);
-        self.log
-            .read_exact_at(&mut buf, position)
-            .map_err(io_err(&self.log_path, "read"))?;
-        // Keep only whole batches.
-        let mut end = 0;
-        while let Ok(Some(size)) = batch::batch_size(&buf[end..]) {
-            if end + size > buf.len() {
-                break;
-            }
-            end += size;
-        }
-        buf.truncate(end);
-        Ok(buf.freeze())
+        Ok(Some(FileSlice {
+            file: Arc::clone(&self.log),
+            path: self.log_path.clone(),
+            position,
+            len: available.min(max_bytes.max(first.size)),
+        }))
     }
 
     /// The first batch (offset, header, bytes) whose max timestamp is at or after `timestamp`.
@@ -432,5 +427,34 @@ impl Segment {
             }
         }
         Ok(())
+    }
+}
+
+/// A byte range of a segment file to hand to a consumer; read after the partition lock is
+/// released, so producers are not held up by consumers. The file stays readable even if
+/// retention deletes the segment meanwhile.
+pub(crate) struct FileSlice {
+    file: Arc<File>,
+    path: PathBuf,
+    position: u64,
+    len: usize,
+}
+
+impl FileSlice {
+    /// Reads the range, trimmed to whole batches.
+    pub(crate) fn read(&self) -> Result<Bytes, StorageError> {
+        let mut buf = BytesMut::zeroed(self.len);
+        self.file
+            .read_exact_at(&mut buf, self.position)
+            .map_err(io_err(&self.path, "read"))?;
+        let mut end = 0;
+        while let Ok(Some(size)) = batch::batch_size(&buf[end..]) {
+            if end + size > buf.len() {
+                break;
+            }
+            end += size;
+        }
+        buf.truncate(end);
+        Ok(buf.freeze())
     }
 }
