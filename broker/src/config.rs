@@ -80,3 +80,23 @@ impl Default for BrokerConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_kafka_named_settings_with_defaults_and_refuses_unknown_ones() {
+        let config: BrokerConfig = serde_json::from_str(
+            r#"{"listen": "127.0.0.1:0", "data_dir": "/tmp/b", "num_partitions": 3, "log_retention_ms": -1}"#,
+        )
+        .unwrap();
+        assert_eq!(config.num_partitions, 3);
+        assert_eq!(config.log_retention_ms, -1);
+        assert_eq!(config.message_max_bytes, 1_048_588);
+        assert_eq!(config.log_segment_bytes, 1 << 30);
+        assert!(config.auto_create_topics_enable);
+        let unknown = serde_json::from_str::<BrokerConfig>(r#"{"num.partitions": 3}"#);
+        assert!(unknown.is_err());
+    }
+}

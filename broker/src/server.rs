@@ -82,6 +82,12 @@ impl Broker {
                 config.num_partitions
             )));
         }
+        if config.log_segment_bytes < 128 || config.log_segment_bytes > i32::MAX as u64 {
+            return Err(BrokerError::Config(format!(
+                "log_segment_bytes is {}, must be between 128 and 2147483647",
+                config.log_segment_bytes
+            )));
+        }
         if config.socket_request_max_bytes < 1 || config.message_max_bytes < 1 {
             return Err(BrokerError::Config(
                 "socket_request_max_bytes and message_max_bytes must be positive".into(),

@@ -105,7 +105,14 @@ impl LogConfig {
             }
             "retention.bytes" => self.retention_bytes = int(-1)?,
             "retention.ms" => self.retention_ms = int(-1)?,
-            "segment.bytes" => self.segment_bytes = int(128)?.unsigned_abs(),
+            "segment.bytes" => {
+                // Positions in the offset index are u32; Kafka caps segment.bytes at i32::MAX too.
+                let n = int(128)?;
+                if n > i64::from(i32::MAX) {
+                    return Err(invalid("above 2147483647"));
+                }
+                self.segment_bytes = n.unsigned_abs()
+            }
             "segment.ms" => self.segment_ms = int(1)?,
             _ => return Err(TopicConfigError::Unknown(name.to_owned())),
         }
