@@ -84,7 +84,7 @@ impl TailedFiles {
                 key: f.key,
                 fingerprint: f.fingerprint,
                 offset: f.committed,
-                path: f.path.clone(),
+                path: f.path().to_owned(),
             })
             .collect()
     }
@@ -126,9 +126,9 @@ impl TailedFiles {
             match self.files.get_mut(&key) {
                 Some(file) => {
                     file.in_view = true;
-                    if file.path != path {
-                        tracing::info!(source = self.source, from = %file.path.display(), to = %path.display(), "file renamed");
-                        file.path = path;
+                    if file.path() != path {
+                        tracing::info!(source = self.source, from = %file.path().display(), to = %path.display(), "file renamed");
+                        file.set_path(path);
                     }
                     if let Err(error) = self.check_known(key, metadata.len(), now) {
                         self.drop_file(key, "checking", &error);
@@ -163,7 +163,7 @@ impl TailedFiles {
                         key,
                         fingerprint: file.fingerprint,
                         offset: file.committed,
-                        path: file.path,
+                        path: file.path().to_owned(),
                     },
                     now,
                 );
@@ -267,7 +267,7 @@ impl TailedFiles {
         if file.is_open() || size == file.read_position() {
             return Ok(());
         }
-        let handle = File::open(&file.path)?;
+        let handle = File::open(file.path())?;
         if FileKey::of(&handle.metadata()?) == key {
             file.reopen(handle, now)?;
         }
@@ -276,7 +276,7 @@ impl TailedFiles {
 
     fn drop_file(&mut self, key: FileKey, doing: &str, error: &io::Error) {
         if let Some(file) = self.files.remove(&key) {
-            tracing::warn!(source = self.source, path = %file.path.display(), %error, "{doing} file; it is read again from its saved position at the next scan");
+            tracing::warn!(source = self.source, path = %file.path().display(), %error, "{doing} file; it is read again from its saved position at the next scan");
             // Found again by the next scan: starts from the position it had.
             self.restored.insert(
                 key,
@@ -284,7 +284,7 @@ impl TailedFiles {
                     key,
                     fingerprint: file.fingerprint,
                     offset: file.committed,
-                    path: file.path,
+                    path: file.path().to_owned(),
                 },
             );
         }
@@ -338,7 +338,7 @@ impl TailedFiles {
             if finished && file.is_drained() {
                 release.push(key);
             } else if idle && file.is_open() && file.is_drained() {
-                tracing::debug!(source = self.source, path = %file.path.display(), "closing idle file");
+                tracing::debug!(source = self.source, path = %file.path().display(), "closing idle file");
                 file.close();
             }
         }
@@ -348,7 +348,7 @@ impl TailedFiles {
         let events = batch.events;
         for key in release {
             if let Some(file) = self.files.remove(&key) {
-                tracing::info!(source = self.source, path = %file.path.display(), "file read to its end and rotated away or deleted: released");
+                tracing::info!(source = self.source, path = %file.path().display(), "file read to its end and rotated away or deleted: released");
             }
         }
         for (key, error) in failed {
@@ -388,7 +388,7 @@ fn check_size(source: &str, file: &mut TailedFile) -> io::Result<()> {
         Some(grown) if size > file.read_position() => file.fingerprint = grown,
         _ => {
             let fingerprint = Fingerprint::of(handle, size)?;
-            tracing::info!(source, path = %file.path.display(), size, "file was truncated or rewritten: reading it again from the start");
+            tracing::info!(source, path = %file.path().display(), size, "file was truncated or rewritten: reading it again from the start");
             file.restart_at_zero(fingerprint)?;
         }
     }

@@ -16,7 +16,7 @@
 
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -63,15 +63,8 @@ impl<'a> Batch<'a> {
         self.events.len() >= self.capacity
     }
 
-    fn push(&mut self, file: &TailedFile, body: Bytes, offset: u64) {
-        let mut headers = self
-            .group_headers
-            .get(file.group)
-            .cloned()
-            .unwrap_or_default();
-        if let Some(key) = &self.options.file_header_key {
-            headers.insert(key.clone(), file.path.to_string_lossy().into_owned());
-        }
+    /// Adds an event with the file's `headers`, and its `byteoffset` if configured.
+    fn push(&mut self, mut headers: Headers, body: Bytes, offset: u64) {
         if self.options.byte_offset_header {
             headers.insert("byteoffset".into(), offset.to_string());
         }
@@ -94,7 +87,10 @@ pub(crate) struct TailedFile {
     pub(crate) key: FileKey,
     pub(crate) fingerprint: Fingerprint,
     /// Where the file was last seen.
-    pub(crate) path: PathBuf,
+    path: PathBuf,
+    /// The headers every event of the file gets (group headers, path), made at its first
+    /// event and again after a rename, so an event costs one clone of them.
+    headers: Option<Headers>,
     /// Index of the file group it belongs to.
     pub(crate) group: usize,
     /// Just after the last line of the last event made: where a restart resumes.
@@ -136,6 +132,7 @@ impl TailedFile {
             key,
             fingerprint,
             path,
+            headers: None,
             group,
             committed: offset,
             consumed: offset,
@@ -145,6 +142,32 @@ impl TailedFile {
             last_growth: now,
             in_view: true,
         })
+    }
+
+    /// Where the file was last seen.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file was renamed.
+    pub(crate) fn set_path(&mut self, path: PathBuf) {
+        self.path = path;
+        self.headers = None;
+    }
+
+    /// The headers of this file's events.
+    fn headers(&mut self, batch: &Batch<'_>) -> Headers {
+        let group = self.group;
+        let path = &self.path;
+        self.headers
+            .get_or_insert_with(|| {
+                let mut headers = batch.group_headers.get(group).cloned().unwrap_or_default();
+                if let Some(key) = &batch.options.file_header_key {
+                    headers.insert(key.clone(), path.to_string_lossy().into_owned());
+                }
+                headers
+            })
+            .clone()
     }
 
     /// Where the next read continues.
@@ -263,7 +286,8 @@ impl TailedFile {
         let end = self.consumed;
         let options = batch.options;
         let Some(multiline) = &options.multiline else {
-            batch.push(self, line, start);
+            let headers = self.headers(batch);
+            batch.push(headers, line, start);
             self.committed = end;
             return;
         };
@@ -298,7 +322,8 @@ impl TailedFile {
 
     fn send_joined(&mut self, batch: &mut Batch<'_>) {
         if let Some(joined) = self.joined.take() {
-            batch.push(self, Bytes::from(joined.body), joined.start);
+            let headers = self.headers(batch);
+            batch.push(headers, Bytes::from(joined.body), joined.start);
             self.committed = joined.end;
         }
     }
