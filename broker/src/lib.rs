@@ -19,6 +19,7 @@ mod api;
 mod catalog;
 mod config;
 mod connection;
+mod dump;
 mod log;
 mod server;
 mod topic_config;
@@ -26,6 +27,7 @@ mod topics;
 
 pub use catalog::CatalogError;
 pub use config::BrokerConfig;
+pub use dump::{DumpError, dump_segment_file};
 pub use log::StorageError;
 pub use log::batch::BatchError;
 pub use server::{Broker, BrokerError, BrokerHandle};

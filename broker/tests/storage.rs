@@ -240,3 +240,75 @@ async fn torn_tail_is_truncated_on_start_and_appends_continue() {
     );
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dump_shows_batches_records_and_index_entries_as_kafka_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, bootstrap) = start(config(dir.path())).await;
+    create_topic(&bootstrap, "dumped", 1, &[("index.interval.bytes", "200")]).await;
+    produce(&bootstrap, "dumped", 0..300, Some(1_700_000_000_000)).await;
+    broker.shutdown().await;
+
+    let segment = dir.path().join("dumped-0/00000000000000000000.log");
+    let mut out = Vec::new();
+    ferry_broker::dump_segment_file(&segment, true, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("Dumping {}", segment.display()).as_str())
+    );
+    assert_eq!(lines.next(), Some("Log starting offset: 0"));
+    let batches: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("baseOffset: "))
+        .collect();
+    assert!(batches.len() > 1, "several batches");
+    assert!(
+        batches[0].starts_with("baseOffset: 0 lastOffset: "),
+        "{}",
+        batches[0]
+    );
+    assert!(
+        batches
+            .iter()
+            .all(|b| b.contains("isvalid: true") && b.contains("compresscodec: none"))
+    );
+    assert!(
+        batches[0].contains("position: 0 CreateTime: 1700000000000 size: "),
+        "{}",
+        batches[0]
+    );
+    let records: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("| offset: "))
+        .collect();
+    assert_eq!(records.len(), 300);
+    for (i, line) in records.iter().enumerate() {
+        let value = String::from_utf8(value(i)).unwrap();
+        let expected = format!(
+            "| offset: {i} CreateTime: 1700000000000 keySize: {} valueSize: {} sequence: -1 headerKeys: [] key: {i} payload: {value}",
+            i.to_string().len(),
+            value.len()
+        );
+        assert_eq!(*line, expected);
+    }
+
+    let mut out = Vec::new();
+    ferry_broker::dump_segment_file(&segment.with_extension("index"), false, &mut out).unwrap();
+    let index = String::from_utf8(out).unwrap();
+    let entries: Vec<&str> = index.lines().skip(1).collect();
+    assert!(!entries.is_empty());
+    // Each entry points at the start of a batch listed above, ending at the offset it names.
+    for entry in entries {
+        let fields: Vec<&str> = entry.split(' ').collect();
+        let (offset, position) = (fields[1], fields[3]);
+        assert!(
+            batches
+                .iter()
+                .any(|b| b.contains(&format!(" lastOffset: {offset} "))
+                    && b.contains(&format!(" position: {position} "))),
+            "index entry {entry} matches a batch"
+        );
+    }
+}
