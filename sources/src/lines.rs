@@ -100,6 +100,22 @@ impl LineBuffer {
         Some((line.freeze(), len + 1))
     }
 
+    /// Like [`next_line_and_size`](Self::next_line_and_size), but a line longer than `max`
+    /// bytes comes in pieces of `max` bytes (the last piece ends at the `\n`), so that input
+    /// without line endings never fills memory.
+    pub(crate) fn next_line_within(&mut self, max: usize) -> Option<(Bytes, usize)> {
+        match self.next_line_len() {
+            Some(len) if len <= max => self.next_line_and_size(),
+            _ if self.buf.len() > max => {
+                let piece = self.buf.split_to(max).freeze();
+                // Only bytes known to hold no `\n` are counted in `scanned`.
+                self.scanned = self.scanned.saturating_sub(max);
+                Some((piece, max))
+            }
+            _ => None,
+        }
+    }
+
     /// Takes everything buffered as one line (a last line without its `\n`), with its size
     /// in the input; `None` if nothing is buffered. Unlike [`take_rest`](Self::take_rest) it
     /// does not look for complete lines first, and keeps a trailing `\r` (more may follow).
@@ -155,6 +171,19 @@ mod tests {
         assert_eq!(lines.next_line().as_deref(), Some(&b"two\r"[..]));
         assert_eq!(lines.take_rest().as_deref(), Some(&b"three"[..]));
         assert_eq!(lines.take_rest(), None);
+    }
+
+    #[test]
+    fn long_lines_come_in_pieces() {
+        let mut lines = LineBuffer::new(true);
+        lines.push(b"abcdefgh\nij");
+        assert_eq!(lines.next_line_within(3), Some((Bytes::from("abc"), 3)));
+        assert_eq!(lines.next_line_within(3), Some((Bytes::from("def"), 3)));
+        assert_eq!(lines.next_line_within(3), Some((Bytes::from("gh"), 3)));
+        assert_eq!(lines.next_line_within(3), None, "`ij` may still grow");
+        lines.push(b"kl");
+        assert_eq!(lines.next_line_within(3), Some((Bytes::from("ijk"), 3)));
+        assert_eq!(lines.partial_len(), 1);
     }
 
     #[tokio::test]

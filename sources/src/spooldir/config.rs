@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ferry_core::config::ByteSize;
 use serde::Deserialize;
 
 /// Options of the `spooldir` source.
@@ -46,6 +47,10 @@ pub struct SpooldirConfig {
     /// Header key of the file name. Default `basename`. Flume: `basenameHeaderKey`.
     #[serde(default = "default_basename_header_key")]
     pub basename_header_key: String,
+    /// A line longer than this is sent in pieces of this size. Default `1MiB`.
+    /// Flume: `deserializer.maxLineLength` (2048, and Flume drops the rest of the line).
+    #[serde(default = "default_max_line_length")]
+    pub max_line_length: ByteSize,
     /// Most events per put (also capped by the channels' `transaction_capacity`).
     /// Default `100`. Flume: `batchSize`.
     #[serde(default = "default_batch_size")]
@@ -98,6 +103,10 @@ fn default_file_header_key() -> String {
 
 fn default_basename_header_key() -> String {
     "basename".into()
+}
+
+fn default_max_line_length() -> ByteSize {
+    ByteSize(1024 * 1024)
 }
 
 fn default_batch_size() -> usize {

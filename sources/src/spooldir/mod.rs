@@ -67,6 +67,9 @@ impl SpooldirSource {
         if config.file_suffix.is_empty() {
             return Err(cfg.error_at("file_suffix", "`file_suffix` must not be empty"));
         }
+        if config.max_line_length.bytes() == 0 {
+            return Err(cfg.error_at("max_line_length", "`max_line_length` must be at least 1"));
+        }
         if config.batch_size == 0 {
             return Err(cfg.error_at("batch_size", "`batch_size` must be at least 1"));
         }
@@ -112,6 +115,7 @@ impl SpooldirSource {
         file: SpoolFile,
     ) -> Result<(), SourceError> {
         let capacity = self.config.batch_size.min(crate::transaction_capacity(ctx));
+        let max_length = usize::try_from(self.config.max_line_length.bytes()).unwrap_or(usize::MAX);
         let headers = self.headers(&file);
         let mut file = Some(file);
         let (file, changed) = loop {
@@ -122,7 +126,7 @@ impl SpooldirSource {
                 return Ok(());
             };
             let (returned, lines) = blocking(move || {
-                let lines = reading.next_lines(capacity)?;
+                let lines = reading.next_lines(capacity, max_length)?;
                 let changed = if reading.at_end {
                     reading.changed()?
                 } else {

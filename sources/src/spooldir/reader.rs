@@ -185,12 +185,12 @@ impl SpoolFile {
         }
     }
 
-    /// Takes up to `max` lines (line endings removed); at the end of the file, a last line
-    /// without `\n` is taken too. Reads are 64 KiB.
-    pub(crate) fn next_lines(&mut self, max: usize) -> io::Result<Vec<Bytes>> {
+    /// Takes up to `max` lines (line endings removed; longer than `max_length`, in pieces);
+    /// at the end of the file, a last line without `\n` is taken too. Reads are 64 KiB.
+    pub(crate) fn next_lines(&mut self, max: usize, max_length: usize) -> io::Result<Vec<Bytes>> {
         let mut lines = Vec::with_capacity(max);
         while lines.len() < max {
-            if let Some((line, size)) = self.lines.next_line_and_size() {
+            if let Some((line, size)) = self.lines.next_line_within(max_length) {
                 self.offset += size as u64;
                 lines.push(line);
                 continue;

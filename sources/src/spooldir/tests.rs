@@ -102,19 +102,23 @@ async fn renames_completed_files() {
     let dir = tempfile::tempdir().unwrap();
     let a = spool(dir.path(), "a.csv", "a1\na2\n", 20);
     let b = spool(dir.path(), "b.csv", "b1\r\nb2\nb3", 10);
+    let c = spool(dir.path(), "c.csv", "long line\n", 5);
     let running = start(
         &options(
             dir.path(),
-            "batch_size: 2\nfile_header: true\nbasename_header: true",
+            "batch_size: 2\nfile_header: true\nbasename_header: true\nmax_line_length: 4",
         ),
         None,
     );
-    until("both files are completed", || {
-        exists(&completed(&a)) && exists(&completed(&b))
+    until("the files are completed", || {
+        [&a, &b, &c].iter().all(|f| exists(&completed(f)))
     })
     .await;
-    assert!(!exists(&a) && !exists(&b));
-    assert_eq!(running.channel.bodies(), ["a1", "a2", "b1", "b2", "b3"]);
+    assert!(!exists(&a) && !exists(&b) && !exists(&c));
+    assert_eq!(
+        running.channel.bodies(),
+        ["a1", "a2", "b1", "b2", "b3", "long", " lin", "e"]
+    );
     let events = running.channel.events();
     assert_eq!(
         events[2].headers.get("file").map(String::as_str),
@@ -124,11 +128,11 @@ async fn renames_completed_files() {
         events[2].headers.get("basename").map(String::as_str),
         Some("b.csv")
     );
-    // a: one full batch; b: a batch of 2 and one of 1.
-    assert_eq!(running.channel.batches(), 3);
+    // a: one full batch; b: a batch of 2 and one of 1; c: 2 and 1.
+    assert_eq!(running.channel.batches(), 5);
     let state = SpoolState::decode(&running.stop().await.unwrap()).unwrap();
     let current = state.current.unwrap();
-    assert_eq!((current.path, current.offset), (b, 9), "the whole file");
+    assert_eq!((current.path, current.offset), (c, 10), "the whole file");
 }
 
 #[tokio::test]
@@ -308,6 +312,7 @@ fn options_are_checked_and_default_to_flume() {
     assert_eq!(options.consume_order, ConsumeOrder::Oldest);
     assert_eq!(options.batch_size, 100);
     assert_eq!(options.poll_delay, Duration::from_millis(500));
+    assert_eq!(options.max_line_length.bytes(), 1024 * 1024);
     assert_eq!(
         (
             options.file_header_key.as_str(),

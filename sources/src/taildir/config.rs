@@ -55,6 +55,10 @@ pub struct TaildirConfig {
     /// a new line). Default: never (held until its newline). Flume: none (Flume holds it).
     #[serde(default, with = "ferry_core::config::duration::option")]
     pub partial_line_flush: Option<Duration>,
+    /// A line longer than this is sent in pieces of this size, so that a file without line
+    /// endings never fills memory. Default `1MiB`. Flume: none (Flume holds any line whole).
+    #[serde(default = "default_max_line_length")]
+    pub max_line_length: ByteSize,
     /// How often the globs are expanded again and every file checked, in addition to the
     /// filesystem notifications that make new and grown files picked up at once.
     /// Default `1s`. Flume: none (Flume only polls, backing off by `backoffSleepIncrement`,
@@ -118,6 +122,10 @@ fn default_idle_timeout() -> Duration {
 
 fn default_poll_interval() -> Duration {
     Duration::from_secs(1)
+}
+
+fn default_max_line_length() -> ByteSize {
+    ByteSize(1024 * 1024)
 }
 
 fn default_multiline_timeout() -> Duration {

@@ -107,6 +107,9 @@ impl TaildirSource {
         if config.batch_size == 0 {
             return Err(cfg.error_at("batch_size", "`batch_size` must be at least 1"));
         }
+        if config.max_line_length.bytes() == 0 {
+            return Err(cfg.error_at("max_line_length", "`max_line_length` must be at least 1"));
+        }
         if config.poll_interval.is_zero() {
             return Err(cfg.error_at("poll_interval", "`poll_interval` must be more than 0"));
         }
@@ -258,6 +261,8 @@ impl Source for TaildirSource {
             byte_offset_header: self.config.byte_offset_header,
             multiline: self.multiline.clone(),
             partial_line_flush: self.config.partial_line_flush,
+            max_line_length: usize::try_from(self.config.max_line_length.bytes())
+                .unwrap_or(usize::MAX),
         };
         let mut files = Some(TailedFiles::new(
             ctx.name().to_owned(),

@@ -34,6 +34,8 @@ pub(crate) struct EventOptions {
     pub(crate) byte_offset_header: bool,
     pub(crate) multiline: Option<Multiline>,
     pub(crate) partial_line_flush: Option<Duration>,
+    /// Lines longer than this come in pieces.
+    pub(crate) max_line_length: usize,
 }
 
 /// The events of one round, with room for at most `capacity`.
@@ -217,7 +219,8 @@ impl TailedFile {
     pub(crate) fn read(&mut self, batch: &mut Batch<'_>, now: Instant) -> io::Result<ReadEnd> {
         loop {
             while !batch.is_full() {
-                let Some((line, size)) = self.lines.next_line_and_size() else {
+                let max = batch.options.max_line_length;
+                let Some((line, size)) = self.lines.next_line_within(max) else {
                     break;
                 };
                 let start = self.consumed;

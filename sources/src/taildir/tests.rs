@@ -459,6 +459,28 @@ async fn binary_bodies_pass_through() {
 }
 
 #[tokio::test]
+async fn long_lines_come_in_pieces_of_max_line_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("app.log");
+    append(&log, format!("{}\nshort\n", "x".repeat(25)).as_bytes());
+    let running = start(&options(dir.path(), "max_line_length: 10"), None);
+    assert_eq!(
+        wait_for(&running.channel, 4).await,
+        [
+            "x".repeat(10),
+            "x".repeat(10),
+            "x".repeat(5),
+            "short".into()
+        ]
+    );
+    let checkpoint = running.stop().await.unwrap();
+    assert_eq!(
+        offsets(&checkpoint).values().copied().collect::<Vec<_>>(),
+        [32]
+    );
+}
+
+#[tokio::test]
 async fn imports_flume_position_file() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("app.log");
@@ -608,6 +630,7 @@ fn defaults_follow_flume() {
     assert_eq!(config.file_header_key, "file");
     assert!(!config.file_header && !config.byte_offset_header && !config.skip_to_end);
     assert_eq!(config.partial_line_flush, None);
+    assert_eq!(config.max_line_length.bytes(), 1024 * 1024);
     assert_eq!(source.max_batch_size(), Some(100));
 }
 
