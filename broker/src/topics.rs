@@ -81,11 +81,50 @@ impl Topic {
     }
 }
 
+/// Topics by name and by id (Fetch v13+ and Produce v13+ name topics by id).
+#[derive(Default)]
+struct Registry {
+    by_name: HashMap<String, Arc<Topic>>,
+    by_id: HashMap<Uuid, String>,
+}
+
+impl Registry {
+    fn get(&self, name: &str) -> Option<&Arc<Topic>> {
+        self.by_name.get(name)
+    }
+
+    fn by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.by_id
+            .get(&id)
+            .and_then(|name| self.by_name.get(name))
+            .cloned()
+    }
+
+    fn contains_key(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Arc<Topic>> {
+        self.by_name.values()
+    }
+
+    fn insert(&mut self, name: String, topic: Arc<Topic>) {
+        self.by_id.insert(topic.id, name.clone());
+        self.by_name.insert(name, topic);
+    }
+
+    fn remove(&mut self, name: &str) -> Option<Arc<Topic>> {
+        let topic = self.by_name.remove(name)?;
+        self.by_id.remove(&topic.id);
+        Some(topic)
+    }
+}
+
 /// All topics, by name.
 pub(crate) struct Topics {
     broker: BrokerConfig,
     catalog: Catalog,
-    topics: RwLock<HashMap<String, Arc<Topic>>>,
+    topics: RwLock<Registry>,
 }
 
 /// Kafka's rule for topic names.
@@ -112,7 +151,7 @@ pub(crate) fn validate_name(name: &str) -> Result<(), TopicError> {
 impl Topics {
     /// Opens every topic in the catalog, recovering their logs.
     pub(crate) fn open(broker: BrokerConfig, catalog: Catalog) -> Result<Topics, TopicError> {
-        let mut topics = HashMap::new();
+        let mut topics = Registry::default();
         for record in catalog.topics()? {
             let config = LogConfig::resolve(&broker, &record.configs)?;
             let mut partitions = Vec::new();
@@ -139,11 +178,11 @@ impl Topics {
         })
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {
+    fn read(&self) -> RwLockReadGuard<'_, Registry> {
         self.topics.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, HashMap<String, Arc<Topic>>> {
+    fn write(&self) -> RwLockWriteGuard<'_, Registry> {
         self.topics.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -159,7 +198,7 @@ impl Topics {
 
     /// The topic with this id.
     pub(crate) fn get_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
-        self.read().values().find(|t| t.id == id).cloned()
+        self.read().by_id(id)
     }
 
     /// All topics, sorted by name.

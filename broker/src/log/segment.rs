@@ -267,20 +267,21 @@ impl Segment {
                 &mut time_out,
             );
         }
+        self.size += bytes.len() as u64;
+        // The batches are in the log now. The index files are rebuilt from the log when the
+        // segment is opened, so failing to extend them only costs lookup speed until then.
         if !index_out.is_empty() {
             let at = ((self.index_entries.len() * INDEX_ENTRY) - index_out.len()) as u64;
-            self.index
-                .write_all_at(&index_out, at)
-                .map_err(io_err(&self.log_path.with_extension("index"), "append to"))?;
+            if let Err(e) = self.index.write_all_at(&index_out, at) {
+                tracing::warn!(segment = %self.log_path.display(), error = %e, "cannot extend the offset index");
+            }
         }
         if !time_out.is_empty() {
             let at = ((self.time_entries.len() * TIME_ENTRY) - time_out.len()) as u64;
-            self.time_index.write_all_at(&time_out, at).map_err(io_err(
-                &self.log_path.with_extension("timeindex"),
-                "append to",
-            ))?;
+            if let Err(e) = self.time_index.write_all_at(&time_out, at) {
+                tracing::warn!(segment = %self.log_path.display(), error = %e, "cannot extend the time index");
+            }
         }
-        self.size += bytes.len() as u64;
         Ok(())
     }
 
