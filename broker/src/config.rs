@@ -50,6 +50,9 @@ pub struct BrokerConfig {
     /// Largest request accepted; a larger frame closes the connection before it is read (Kafka
     /// `socket.request.max.bytes`). Default 104857600 (100 MiB).
     pub socket_request_max_bytes: i32,
+    /// Close a connection that sent no request for this long (Kafka `connections.max.idle.ms`).
+    /// Default 10 minutes.
+    pub connections_max_idle_ms: u64,
     /// Fsync a partition after this many records (Kafka `log.flush.interval.messages`, topic
     /// `flush.messages`). Default: never; the page cache and the OS decide.
     pub log_flush_interval_messages: Option<i64>,
@@ -75,6 +78,7 @@ impl Default for BrokerConfig {
             log_index_interval_bytes: 4096,
             message_max_bytes: 1_048_588,
             socket_request_max_bytes: 104_857_600,
+            connections_max_idle_ms: 600_000,
             log_flush_interval_messages: None,
             log_flush_interval_ms: None,
         }

@@ -26,10 +26,23 @@ use crate::api::{self, ApiError, Context};
 /// Smallest request: api key, version, correlation id.
 const MIN_REQUEST: usize = 8;
 const BUFFER: usize = 64 * 1024;
+/// How much more room a frame being read gets at a time.
+const GROWTH: usize = 1 << 20;
+
+/// Per-connection limits from the broker config.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// socket.request.max.bytes
+    pub(crate) max_request: usize,
+    /// connections.max.idle.ms
+    pub(crate) idle: std::time::Duration,
+}
 
 /// Why a connection was closed by the broker.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnectionError {
+    #[error("idle for {0:?}")]
+    Idle(std::time::Duration),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
     #[error("request of {size} bytes refused: socket.request.max.bytes is {max}")]
@@ -47,12 +60,7 @@ pub(crate) enum ConnectionError {
 }
 
 /// Serves one connection until the client closes it, it misbehaves, or the broker shuts down.
-pub(crate) async fn serve(
-    ctx: Arc<Context>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    max_request: usize,
-) {
+pub(crate) async fn serve(ctx: Arc<Context>, stream: TcpStream, peer: SocketAddr, limits: Limits) {
     let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
     let mut reader = BufReader::with_capacity(BUFFER, read);
@@ -60,7 +68,10 @@ pub(crate) async fn serve(
     let result = async {
         loop {
             let frame = tokio::select! {
-                frame = read_frame(&mut reader, max_request) => frame?,
+                frame = tokio::time::timeout(limits.idle, read_frame(&mut reader, limits.max_request)) => match frame {
+                    Ok(frame) => frame?,
+                    Err(_) => return Err(ConnectionError::Idle(limits.idle)),
+                },
                 _ = ctx.shutdown.cancelled() => return Ok(()),
             };
             let Some(frame) = frame else { return Ok(()) };
@@ -76,6 +87,9 @@ pub(crate) async fn serve(
     match result {
         Ok(()) => tracing::debug!(%peer, "connection closed"),
         Err(ConnectionError::Io(e)) => tracing::debug!(%peer, error = %e, "connection lost"),
+        Err(e @ ConnectionError::Idle(_)) => {
+            tracing::debug!(%peer, error = %e, "closing idle connection")
+        }
         Err(e) => tracing::warn!(%peer, error = %e, "closing connection"),
     }
 }
@@ -108,8 +122,17 @@ async fn read_frame<R: AsyncReadExt + Unpin>(
     if (size as usize) < MIN_REQUEST {
         return Err(ConnectionError::TooShort(size));
     }
-    let mut frame = BytesMut::zeroed(size as usize);
-    reader.read_exact(&mut frame).await?;
+    // Memory grows with the bytes that actually arrive, not with the size a client announces:
+    // a client announcing 100 MiB and sending nothing costs one small buffer.
+    let size = size as usize;
+    let mut frame = BytesMut::with_capacity(size.min(GROWTH));
+    while frame.len() < size {
+        frame.reserve((size - frame.len()).min(GROWTH));
+        let wanted = (size - frame.len()) as u64;
+        if reader.take(wanted).read_buf(&mut frame).await? == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+    }
     Ok(Some(frame))
 }
 

@@ -131,13 +131,11 @@ impl Broker {
             cluster_id,
         });
         let tracker = TaskTracker::new();
-        let max_request = config.socket_request_max_bytes as usize;
-        tracker.spawn(accept(
-            Arc::clone(&ctx),
-            listener,
-            tracker.clone(),
-            max_request,
-        ));
+        let limits = connection::Limits {
+            max_request: config.socket_request_max_bytes as usize,
+            idle: Duration::from_millis(config.connections_max_idle_ms.max(1)),
+        };
+        tracker.spawn(accept(Arc::clone(&ctx), listener, tracker.clone(), limits));
         tracker.spawn(maintenance(
             Arc::clone(&ctx),
             Duration::from_millis(config.log_retention_check_interval_ms.max(1)),
@@ -165,7 +163,7 @@ async fn accept(
     ctx: Arc<Context>,
     listener: TcpListener,
     tracker: TaskTracker,
-    max_request: usize,
+    limits: connection::Limits,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -175,12 +173,7 @@ async fn accept(
         match accepted {
             Ok((stream, peer)) => {
                 tracing::debug!(%peer, "connection accepted");
-                tracker.spawn(connection::serve(
-                    Arc::clone(&ctx),
-                    stream,
-                    peer,
-                    max_request,
-                ));
+                tracker.spawn(connection::serve(Arc::clone(&ctx), stream, peer, limits));
             }
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.

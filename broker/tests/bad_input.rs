@@ -343,3 +343,30 @@ async fn corrupt_and_oversized_batches_get_kafka_errors_and_acks_0_gets_no_respo
     );
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_request_trickling_in_byte_by_byte_is_served_and_idle_connections_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.connections_max_idle_ms = 300;
+    let (broker, _) = start(config).await;
+    let mut stream = TcpStream::connect(broker.local_addr()).await.unwrap();
+    let request = metadata_v(12);
+    for byte in &request {
+        stream.write_all(std::slice::from_ref(byte)).await.unwrap();
+        stream.flush().await.unwrap();
+    }
+    let (correlation_id, mut body) = raw::read_response(&mut stream, ApiKey::Metadata, 12)
+        .await
+        .unwrap();
+    assert_eq!(correlation_id, 1);
+    let metadata = MetadataResponse::decode(&mut body, 12).unwrap();
+    assert_eq!(metadata.brokers.len(), 1);
+    // Then silence: the broker hangs up after connections.max.idle.ms.
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("closed within 5 s");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    broker.shutdown().await;
+}

@@ -96,6 +96,11 @@ fn broker_entries(ctx: &Context) -> Vec<ConfigEntry> {
             BOOLEAN,
         ),
         entry(
+            "connections.max.idle.ms",
+            c.connections_max_idle_ms.to_string(),
+            LONG,
+        ),
+        entry(
             "log.flush.interval.messages",
             optional(c.log_flush_interval_messages),
             LONG,
