@@ -18,7 +18,10 @@ pub struct SpooldirConfig {
     #[serde(default = "default_file_suffix")]
     pub file_suffix: String,
     /// `never`: completed files are renamed with `file_suffix`; `immediate`: deleted.
-    /// Default `never`. Flume: `deletePolicy`.
+    /// Default `never`. Flume: `deletePolicy`. With a memory channel, a file is deleted once
+    /// its last events are in the channel, before the sinks delivered them: if the agent dies
+    /// then, they are lost. Use a file channel with `immediate` (with `never` the completed
+    /// file is read again where the delivered events end).
     #[serde(default)]
     pub delete_policy: DeletePolicy,
     /// File names matching this regular expression are not read. Default `^$`.

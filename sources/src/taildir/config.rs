@@ -16,7 +16,8 @@ pub struct TaildirConfig {
     /// Files to tail: group name to a glob of paths (`*`, `?`, `[a-z]`, `**` in any part of
     /// the path), e.g. `{ app: /var/log/app/*.log }`. Required, at least one group.
     /// Flume: `filegroups` and `filegroups.<group>` (where only the file name may be a
-    /// regular expression).
+    /// regular expression). A file matched by several groups is tailed once, in the group
+    /// whose name sorts first.
     pub filegroups: BTreeMap<String, String>,
     /// Headers added to every event of a group: group name to header key to value.
     /// Default none. Flume: `headers.<group>.<key>`.

@@ -145,7 +145,7 @@ impl TailedFiles {
             self.scanned = true;
             self.flume.clear();
             for (_, position) in std::mem::take(&mut self.restored) {
-                self.find_rotated(position, now);
+                self.find_rotated(position, None, now);
             }
         }
         // Closed files that no glob matches any more: renamed in their directory while closed
@@ -165,6 +165,7 @@ impl TailedFiles {
                         offset: file.committed,
                         path: file.path().to_owned(),
                     },
+                    Some(file.group),
                     now,
                 );
             }
@@ -213,7 +214,9 @@ impl TailedFiles {
     /// Looks for a file of a saved position that no glob matches, in the directory where it
     /// was last seen (a rotated log renamed out of the globs): if it is there, it is read to
     /// its end and then released. Otherwise its position is forgotten.
-    fn find_rotated(&mut self, position: Position, now: Instant) {
+    /// `group` is the file's group, if known; otherwise the group whose glob matches where the
+    /// file was last seen.
+    fn find_rotated(&mut self, position: Position, group: Option<usize>, now: Instant) {
         let found = position
             .path
             .parent()
@@ -233,11 +236,20 @@ impl TailedFiles {
         match opened {
             Ok(Some(handle)) => {
                 tracing::info!(source = self.source, path = %path.display(), "reading a rotated file to its end");
+                let group = group.unwrap_or_else(|| {
+                    self.groups
+                        .iter()
+                        .position(|g| {
+                            glob::Pattern::new(&g.pattern)
+                                .is_ok_and(|p| p.matches_path(&position.path))
+                        })
+                        .unwrap_or(0)
+                });
                 match TailedFile::open(
                     position.key,
                     position.fingerprint,
                     path,
-                    0,
+                    group,
                     handle,
                     position.offset,
                     now,

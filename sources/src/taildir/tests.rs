@@ -232,7 +232,11 @@ async fn rotated_while_stopped_is_read_to_its_end_after_restart() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("app.log");
     append(&log, b"1\n");
-    let yaml = options(dir.path(), "");
+    let yaml = format!(
+        "filegroups: {{ a_other: '{0}/*.txt', logs: '{0}/*.log' }}\n\
+         headers: {{ logs: {{ kind: log }} }}\npoll_interval: 50ms",
+        dir.path().display()
+    );
     let first = start(&yaml, None);
     wait_for(&first.channel, 1).await;
     let checkpoint = first.stop().await;
@@ -241,6 +245,13 @@ async fn rotated_while_stopped_is_read_to_its_end_after_restart() {
     append(&log, b"3\n");
     let second = start(&yaml, checkpoint);
     let mut bodies = wait_for(&second.channel, 2).await;
+    let events = second.channel.events();
+    assert!(
+        events
+            .iter()
+            .all(|e| e.headers.get("kind").map(String::as_str) == Some("log")),
+        "the rotated file keeps the headers of its group: {events:?}"
+    );
     second.stop().await;
     bodies.sort();
     assert_eq!(bodies, ["2", "3"]);
