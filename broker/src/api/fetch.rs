@@ -58,11 +58,11 @@ fn collect(
                 let (start, end, read) = {
                     let log = partition.log();
                     let limit = usize::try_from(p.partition_max_bytes).unwrap_or(0).min(remaining);
-                    // After the first batch of the response, limits are strict.
+                    // Only the response's first batch may exceed the limits (KIP-74).
                     let read = if limit == 0 && total > 0 {
                         Ok(Some(Read::Empty))
                     } else {
-                        log.read(p.fetch_offset, limit)
+                        log.read(p.fetch_offset, limit, total == 0)
                     };
                     (log.log_start_offset(), log.log_end_offset(), read)
                 };

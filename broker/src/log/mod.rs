@@ -259,9 +259,15 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Where to read whole batches from the one containing `offset` (see [`Segment::slice`]):
+    /// Where to read whole batches from the one containing `offset` (see [`Segment::slice`] for
+    /// `min_one`):
     /// `None` when the offset is outside [log start, log end], an empty read at the log end.
-    pub(crate) fn read(&self, offset: i64, max_bytes: usize) -> Result<Option<Read>, StorageError> {
+    pub(crate) fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<Option<Read>, StorageError> {
         if offset < self.log_start_offset() || offset > self.log_end_offset() {
             return Ok(None);
         }
@@ -269,7 +275,9 @@ impl PartitionLog {
         // The segment holding the offset, or the next non-empty one (an offset can fall in a
         // gap left by a rolled empty segment).
         for segment in self.segments.iter().skip(slot.saturating_sub(1)) {
-            if let Some(slice) = segment.slice(offset.max(segment.base_offset()), max_bytes)? {
+            if let Some(slice) =
+                segment.slice(offset.max(segment.base_offset()), max_bytes, min_one)?
+            {
                 return Ok(Some(Read::Slice(slice)));
             }
         }
@@ -392,20 +400,35 @@ mod tests {
         assert!(log.segment_count() > 3);
         assert_eq!(log.log_end_offset(), 150);
         for offset in [0, 1, 2, 3, 77, 149] {
-            let bytes = log.read(offset, 1).unwrap().unwrap().bytes().unwrap();
+            let bytes = log.read(offset, 1, true).unwrap().unwrap().bytes().unwrap();
             let header = batch::validate(&bytes).unwrap();
             assert_eq!(header.base_offset, offset / 3 * 3);
             assert_eq!(bytes.len(), header.size);
         }
         assert!(
-            log.read(150, 100)
+            log.read(150, 100, true)
                 .unwrap()
                 .unwrap()
                 .bytes()
                 .unwrap()
                 .is_empty()
         );
-        assert!(log.read(151, 100).unwrap().is_none());
+        assert!(log.read(151, 100, true).unwrap().is_none());
+        // Past the response's first batch, a batch larger than the limit is not sent.
+        assert!(
+            log.read(0, 1, false)
+                .unwrap()
+                .unwrap()
+                .bytes()
+                .unwrap()
+                .is_empty()
+        );
+        let several = log.read(0, 300, false).unwrap().unwrap().bytes().unwrap();
+        assert!(!several.is_empty() && several.len() <= 300);
+        assert_eq!(
+            batch::validate_all(&several).unwrap().len() * batch::validate(&several).unwrap().size,
+            several.len()
+        );
         let found = log.offset_for_timestamp(1020).unwrap().unwrap();
         assert_eq!(found.offset, 60);
         assert!(log.offset_for_timestamp(5000).unwrap().is_none());
@@ -413,7 +436,7 @@ mod tests {
         drop(log);
         let log = PartitionLog::open(dir.path(), "t-0".into(), config(500)).unwrap();
         assert_eq!(log.log_end_offset(), 150);
-        let bytes = log.read(77, 1).unwrap().unwrap().bytes().unwrap();
+        let bytes = log.read(77, 1, true).unwrap().unwrap().bytes().unwrap();
         assert_eq!(batch::validate(&bytes).unwrap().base_offset, 75);
     }
 }

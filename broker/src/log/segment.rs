@@ -344,22 +344,31 @@ impl Segment {
         Ok(None)
     }
 
-    /// Where the batches from the one containing `offset` lie: at most `max_bytes` of them
-    /// unless the first alone is larger (then that one, so a consumer always makes progress).
+    /// Where the batches from the one containing `offset` lie: at most `max_bytes` of them.
+    /// When the first alone is larger, it is returned whole if `min_one` (so a consumer always
+    /// makes progress, KIP-74), else nothing.
     pub(crate) fn slice(
         &self,
         offset: i64,
         max_bytes: usize,
+        min_one: bool,
     ) -> Result<Option<FileSlice>, StorageError> {
         let Some((position, first)) = self.position_of(offset)? else {
             return Ok(None);
         };
         let available = (self.size - position) as usize;
+        let len = if first.size <= max_bytes {
+            available.min(max_bytes)
+        } else if min_one {
+            first.size
+        } else {
+            0
+        };
         Ok(Some(FileSlice {
             file: Arc::clone(&self.log),
             path: self.log_path.clone(),
             position,
-            len: available.min(max_bytes.max(first.size)),
+            len,
         }))
     }
 
