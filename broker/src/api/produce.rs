@@ -67,14 +67,18 @@ impl Handler for Produce {
         _: &RequestHeader,
         request: ProduceRequest,
     ) -> Option<ProduceResponse> {
-        let acks_valid = matches!(request.acks, -1..=1);
+        // acks other than 0, 1 and -1 (all) fail every partition.
+        let acks_error =
+            (!matches!(request.acks, -1..=1)).then_some(ResponseError::InvalidRequiredAcks);
         let mut responses = Vec::with_capacity(request.topic_data.len());
         let mut appended = false;
         for topic_data in request.topic_data {
-            let topic = if acks_valid {
-                ctx.topics.get_or_create(&topic_data.name, true)
-            } else {
-                Err(crate::topics::TopicError::Unknown(String::new()))
+            let topic = match acks_error {
+                Some(error) => Err(error),
+                None => ctx
+                    .topics
+                    .get_or_create(&topic_data.name, true)
+                    .map_err(|e| e.response_error()),
             };
             let partitions = topic_data
                 .partition_data
@@ -85,17 +89,10 @@ impl Handler for Produce {
                         appended |= r.error_code == 0;
                         r
                     }
-                    Err(e) => {
-                        let error = if acks_valid {
-                            e.response_error()
-                        } else {
-                            ResponseError::InvalidRequiredAcks
-                        };
-                        PartitionProduceResponse::default()
-                            .with_index(p.index)
-                            .with_error_code(error.code())
-                            .with_base_offset(-1)
-                    }
+                    Err(error) => PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_error_code(error.code())
+                        .with_base_offset(-1),
                 })
                 .collect();
             responses.push(
