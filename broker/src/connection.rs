@@ -65,7 +65,7 @@ pub(crate) async fn serve(ctx: Arc<Context>, stream: TcpStream, peer: SocketAddr
     let (read, write) = stream.into_split();
     let mut reader = BufReader::with_capacity(BUFFER, read);
     let mut writer = BufWriter::with_capacity(BUFFER, write);
-    let result = async {
+    let result: Result<(), ConnectionError> = async {
         loop {
             let frame = tokio::select! {
                 frame = tokio::time::timeout(limits.idle, read_frame(&mut reader, limits.max_request)) => match frame {
@@ -84,6 +84,8 @@ pub(crate) async fn serve(ctx: Arc<Context>, stream: TcpStream, peer: SocketAddr
         }
     }
     .await;
+    // Responses to the requests before a bad one (or before shutdown) still go out.
+    let _ = writer.flush().await;
     match result {
         Ok(()) => tracing::debug!(%peer, "connection closed"),
         Err(ConnectionError::Io(e)) => tracing::debug!(%peer, error = %e, "connection lost"),

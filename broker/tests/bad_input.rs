@@ -370,3 +370,24 @@ async fn a_request_trickling_in_byte_by_byte_is_served_and_idle_connections_are_
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn responses_before_a_bad_request_are_delivered_before_the_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, _) = start(config(dir.path())).await;
+    let mut stream = TcpStream::connect(broker.local_addr()).await.unwrap();
+    let mut pipelined = metadata_v(12);
+    pipelined.extend_from_slice(&[0, 0, 0, 8, 0x7f, 0x7f, 0, 0, 0, 0, 0, 9]); // unknown api key
+    stream.write_all(&pipelined).await.unwrap();
+    let (correlation_id, _) = raw::read_response(&mut stream, ApiKey::Metadata, 12)
+        .await
+        .expect("metadata answered");
+    assert_eq!(correlation_id, 1);
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(rest.is_empty(), "nothing answers the unknown api key");
+    broker.shutdown().await;
+}
