@@ -271,6 +271,7 @@ impl Topics {
         let mut parts = Vec::new();
         if !validate_only {
             for index in 0..partitions {
+                remove_stale_dir(&self.broker, name, index)?;
                 parts.push(open_partition(&self.broker, name, index, config.clone())?);
             }
             self.catalog.create_topic(&record)?;
@@ -337,6 +338,7 @@ impl Topics {
         let config = LogConfig::resolve(&self.broker, &topic.configs)?;
         let mut partitions = topic.partitions.clone();
         for index in current..count {
+            remove_stale_dir(&self.broker, name, index)?;
             partitions.push(open_partition(&self.broker, name, index, config.clone())?);
         }
         self.catalog.set_partitions(name, count)?;
@@ -413,6 +415,21 @@ impl Topics {
             }
         }
     }
+}
+
+/// A directory left by a topic of the same name whose deletion was interrupted must not
+/// lend its records to the new topic.
+fn remove_stale_dir(broker: &BrokerConfig, topic: &str, index: i32) -> Result<(), TopicError> {
+    let dir = partition_dir(broker, topic, index);
+    if dir.exists() {
+        tracing::warn!(dir = %dir.display(), "removing a partition directory left by a deleted topic");
+        std::fs::remove_dir_all(&dir).map_err(|source| StorageError::Io {
+            path: dir,
+            action: "delete",
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 fn partition_dir(broker: &BrokerConfig, topic: &str, index: i32) -> PathBuf {

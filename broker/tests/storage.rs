@@ -312,3 +312,22 @@ async fn dump_shows_batches_records_and_index_entries_as_kafka_does() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_topic_does_not_inherit_files_left_by_an_interrupted_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, bootstrap) = start(config(dir.path())).await;
+    create_topic(&bootstrap, "old", 1, &[]).await;
+    produce(&bootstrap, "old", 0..50, None).await;
+    broker.shutdown().await;
+    // As if a topic `ghost` had been removed from the catalog but not from disk.
+    let ghost = dir.path().join("ghost-0");
+    std::fs::create_dir(&ghost).unwrap();
+    let segment = "00000000000000000000.log";
+    std::fs::copy(dir.path().join("old-0").join(segment), ghost.join(segment)).unwrap();
+
+    let (broker, bootstrap) = start(config(dir.path())).await;
+    create_topic(&bootstrap, "ghost", 1, &[]).await;
+    assert_eq!(watermarks(&bootstrap, "ghost"), (0, 0));
+    broker.shutdown().await;
+}
