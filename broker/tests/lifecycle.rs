@@ -39,7 +39,7 @@ async fn shutdown_ends_a_long_polling_fetch_and_closes_connections_promptly() {
         .unwrap();
     // Nothing outside the broker shows that the fetch is parked, so give it time to arrive
     // (it then waits a minute, far longer than this test).
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
     broker.shutdown().await;
     assert!(
