@@ -27,9 +27,13 @@
 //! - Retention deletes whole segments, oldest first, never the active one: those whose newest
 //!   batch is older than `retention.ms`, and those that keep the partition above
 //!   `retention.bytes`. The log start offset is the base offset of the oldest segment left.
+//! - When a segment stops being the active one, its newest timestamp is appended to its time
+//!   index, so the last time index entry of a finished segment is its newest timestamp.
 //! - Writes go to the page cache; `flush.messages`/`flush.ms` add fsyncs. On open the active
-//!   segment is read batch by batch (length and CRC) and anything after the last good batch
-//!   (a write torn by a crash) is truncated, then the indexes are rebuilt.
+//!   segment is read batch by batch (length and CRC), anything after the last good batch (a
+//!   write torn by a crash) is truncated, and its indexes are rebuilt. Finished segments load
+//!   from their index files; one whose indexes are missing or do not fit its log is read batch
+//!   by batch (headers only) to rebuild them.
 
 pub(crate) mod batch;
 mod segment;
@@ -145,9 +149,12 @@ impl PartitionLog {
         let now = now_ms();
         let mut segments = Vec::with_capacity(bases.len().max(1));
         for (i, base) in bases.iter().enumerate() {
-            let active = i + 1 == bases.len();
-            let (segment, recovery) =
-                Segment::open(dir, *base, active, config.index_interval_bytes, now)?;
+            // Only the active segment can have a torn tail: it is read batch by batch with
+            // CRCs; the others load from their indexes.
+            let (segment, recovery) = match bases.get(i + 1) {
+                None => Segment::open(dir, *base, true, config.index_interval_bytes, now)?,
+                Some(next) => Segment::load(dir, *base, *next, config.index_interval_bytes, now)?,
+            };
             if recovery.truncated_bytes > 0 {
                 tracing::warn!(
                     partition = %name,
@@ -254,6 +261,7 @@ impl PartitionLog {
         // The finished segment's data must not be lost to a later crash only if a flush
         // policy asks for it; rolling itself does not fsync (Kafka flushes it asynchronously).
         let segment = Segment::create(&self.dir, base_offset, now)?;
+        self.active().seal();
         tracing::debug!(partition = %self.name, base_offset, "rolled a new segment");
         self.segments.push(segment);
         Ok(())
@@ -433,10 +441,57 @@ mod tests {
         assert_eq!(found.offset, 60);
         assert!(log.offset_for_timestamp(5000).unwrap().is_none());
 
+        let before: Vec<Bytes> = (0..150)
+            .map(|o| log.read(o, 1000, true).unwrap().unwrap().bytes().unwrap())
+            .collect();
+        let segments = log.segment_count();
         drop(log);
+
+        // Finished segments load from their index files; the same bytes come back.
         let log = PartitionLog::open(dir.path(), "t-0".into(), config(500)).unwrap();
         assert_eq!(log.log_end_offset(), 150);
-        let bytes = log.read(77, 1, true).unwrap().unwrap().bytes().unwrap();
-        assert_eq!(batch::validate(&bytes).unwrap().base_offset, 75);
+        assert_eq!(log.segment_count(), segments);
+        for (offset, bytes) in before.iter().enumerate() {
+            assert_eq!(
+                &log.read(offset as i64, 1000, true)
+                    .unwrap()
+                    .unwrap()
+                    .bytes()
+                    .unwrap(),
+                bytes
+            );
+        }
+        assert_eq!(log.offset_for_timestamp(1020).unwrap().unwrap().offset, 60);
+        drop(log);
+
+        // A garbled index is rebuilt from the log.
+        let first_index = dir.path().join(segment::file_name(0, "index"));
+        std::fs::write(&first_index, [0xff; 20]).unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500)).unwrap();
+        for (offset, bytes) in before.iter().enumerate() {
+            assert_eq!(
+                &log.read(offset as i64, 1000, true)
+                    .unwrap()
+                    .unwrap()
+                    .bytes()
+                    .unwrap(),
+                bytes
+            );
+        }
+        assert_ne!(std::fs::read(&first_index).unwrap(), vec![0xff; 20]);
+
+        // Retention sees each finished segment's newest timestamp (all are from 1970).
+        assert_eq!(log.enforce_retention(now_ms()).unwrap(), segments - 1);
+        assert_eq!(log.segment_count(), 1);
+        let start = log.log_start_offset();
+        assert!(start > 0);
+        assert_eq!(
+            &log.read(start, 1000, true)
+                .unwrap()
+                .unwrap()
+                .bytes()
+                .unwrap(),
+            &before[start as usize]
+        );
     }
 }

@@ -171,6 +171,113 @@ impl Segment {
         Ok((segment, Recovery { truncated_bytes }))
     }
 
+    /// Opens a finished (not active) segment from its index files, as Kafka does, so a start
+    /// does not read every batch header of every segment; `next_base` is the base offset of
+    /// the segment after it. Falls back to rebuilding the indexes from the log when they are
+    /// missing or do not fit the log.
+    pub(crate) fn load(
+        dir: &Path,
+        base_offset: i64,
+        next_base: i64,
+        index_interval_bytes: u32,
+        now_ms: i64,
+    ) -> Result<(Segment, Recovery), StorageError> {
+        let mut segment = Segment::open_files(dir, base_offset, true)?;
+        segment.index_interval = u64::from(index_interval_bytes);
+        let log_len = segment
+            .log
+            .metadata()
+            .map_err(io_err(&segment.log_path, "stat"))?
+            .len();
+        let read_all = |file: &File| -> Option<Vec<u8>> {
+            let len = file.metadata().ok()?.len();
+            let mut buf = vec![0u8; usize::try_from(len).ok()?];
+            file.read_exact_at(&mut buf, 0).ok()?;
+            Some(buf)
+        };
+        let span = next_base - base_offset;
+        let index: Option<Vec<(u32, u32)>> = read_all(&segment.index).and_then(|bytes| {
+            let entries: Vec<(u32, u32)> = bytes
+                .chunks_exact(INDEX_ENTRY)
+                .map(|e| {
+                    (
+                        u32::from_be_bytes([e[0], e[1], e[2], e[3]]),
+                        u32::from_be_bytes([e[4], e[5], e[6], e[7]]),
+                    )
+                })
+                .collect();
+            let sane = bytes.len() % INDEX_ENTRY == 0
+                && entries
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1)
+                && entries
+                    .iter()
+                    .all(|(rel, pos)| i64::from(*rel) < span && u64::from(*pos) < log_len);
+            sane.then_some(entries)
+        });
+        let time: Option<Vec<(i64, u32)>> = read_all(&segment.time_index).and_then(|bytes| {
+            let entries: Vec<(i64, u32)> = bytes
+                .chunks_exact(TIME_ENTRY)
+                .map(|e| {
+                    let mut ts = [0u8; 8];
+                    ts.copy_from_slice(&e[..8]);
+                    (
+                        i64::from_be_bytes(ts),
+                        u32::from_be_bytes([e[8], e[9], e[10], e[11]]),
+                    )
+                })
+                .collect();
+            let sane = bytes.len() % TIME_ENTRY == 0
+                && entries
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
+                && entries.iter().all(|(_, rel)| i64::from(*rel) < span);
+            sane.then_some(entries)
+        });
+        // Without a time entry the segment's newest timestamp is unknown: read the batches.
+        match (index, time) {
+            (Some(index), Some(time)) if log_len > 0 && !time.is_empty() => {
+                let (max_timestamp, relative) = time[time.len() - 1];
+                segment.index_entries = index;
+                segment.time_entries = time;
+                segment.size = log_len;
+                segment.next_offset = next_base;
+                segment.max_timestamp = max_timestamp;
+                segment.offset_of_max_timestamp = base_offset + i64::from(relative);
+                segment.created_ms = segment.first_timestamp_or(now_ms);
+                Ok((segment, Recovery { truncated_bytes: 0 }))
+            }
+            _ => {
+                drop(segment);
+                Segment::open(dir, base_offset, false, index_interval_bytes, now_ms)
+            }
+        }
+    }
+
+    /// Called when a newer segment takes over: records the segment's newest timestamp in the
+    /// time index, so that [`Segment::load`] finds it there (Kafka does the same).
+    pub(crate) fn seal(&mut self) {
+        if self.size == 0
+            || self
+                .time_entries
+                .last()
+                .is_some_and(|(ts, _)| *ts >= self.max_timestamp)
+        {
+            return;
+        }
+        let relative = (self.offset_of_max_timestamp - self.base_offset) as u32;
+        let mut entry = Vec::with_capacity(TIME_ENTRY);
+        entry.extend_from_slice(&self.max_timestamp.to_be_bytes());
+        entry.extend_from_slice(&relative.to_be_bytes());
+        let at = (self.time_entries.len() * TIME_ENTRY) as u64;
+        match self.time_index.write_all_at(&entry, at) {
+            Ok(()) => self.time_entries.push((self.max_timestamp, relative)),
+            Err(e) => {
+                tracing::warn!(segment = %self.log_path.display(), error = %e, "cannot seal the time index")
+            }
+        }
+    }
+
     fn first_timestamp_or(&self, now_ms: i64) -> i64 {
         let mut header = [0u8; HEADER_LEN];
         match self.log.read_exact_at(&mut header, 0) {
