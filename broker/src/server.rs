@@ -16,6 +16,10 @@ use crate::config::BrokerConfig;
 use crate::connection;
 use crate::topics::{TopicError, Topics};
 
+/// Written after every log was fsynced at shutdown (Kafka's name); its absence at start means
+/// a crash, so finished segments are checked rather than trusted.
+const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
+
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -114,7 +118,18 @@ impl Broker {
             tokio::task::spawn_blocking(move || -> Result<(Topics, String), BrokerError> {
                 let catalog = Catalog::open(&config.data_dir)?;
                 let cluster_id = catalog.cluster_id()?;
-                Ok((Topics::open(config, catalog)?, cluster_id))
+                // The marker is removed while running, so a crash leaves none behind.
+                let marker = config.data_dir.join(CLEAN_SHUTDOWN_MARKER);
+                let clean_shutdown = marker.exists();
+                if clean_shutdown {
+                    std::fs::remove_file(&marker).map_err(|source| BrokerError::DataDir {
+                        path: marker.clone(),
+                        source,
+                    })?;
+                } else {
+                    tracing::info!("no clean shutdown marker: checking every segment");
+                }
+                Ok((Topics::open(config, catalog, clean_shutdown)?, cluster_id))
             })
             .await
             .map_err(|e| BrokerError::Topics(e.to_string()))??
@@ -215,7 +230,23 @@ impl BrokerHandle {
         self.tracker.close();
         self.tracker.wait().await;
         let ctx = Arc::clone(&self.ctx);
-        let _ = tokio::task::spawn_blocking(move || ctx.topics.flush_all()).await;
+        let marked = tokio::task::spawn_blocking(move || {
+            if !ctx.topics.flush_all() {
+                return false;
+            }
+            let marker = ctx
+                .topics
+                .broker_config()
+                .data_dir
+                .join(CLEAN_SHUTDOWN_MARKER);
+            std::fs::File::create(&marker)
+                .and_then(|f| f.sync_all())
+                .is_ok()
+        })
+        .await;
+        if !matches!(marked, Ok(true)) {
+            tracing::warn!("shutdown not recorded as clean: the next start checks every segment");
+        }
         tracing::info!(local_addr = %self.local_addr, "broker stopped");
     }
 }

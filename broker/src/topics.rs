@@ -149,8 +149,12 @@ pub(crate) fn validate_name(name: &str) -> Result<(), TopicError> {
 }
 
 impl Topics {
-    /// Opens every topic in the catalog, recovering their logs.
-    pub(crate) fn open(broker: BrokerConfig, catalog: Catalog) -> Result<Topics, TopicError> {
+    /// Opens every topic in the catalog, recovering their logs (see [`PartitionLog::open`]).
+    pub(crate) fn open(
+        broker: BrokerConfig,
+        catalog: Catalog,
+        clean_shutdown: bool,
+    ) -> Result<Topics, TopicError> {
         let mut topics = Registry::default();
         for record in catalog.topics()? {
             let config = LogConfig::resolve(&broker, &record.configs)?;
@@ -161,6 +165,7 @@ impl Topics {
                     &record.name,
                     index,
                     config.clone(),
+                    clean_shutdown,
                 )?);
             }
             let topic = Topic {
@@ -272,7 +277,13 @@ impl Topics {
         if !validate_only {
             for index in 0..partitions {
                 remove_stale_dir(&self.broker, name, index)?;
-                parts.push(open_partition(&self.broker, name, index, config.clone())?);
+                parts.push(open_partition(
+                    &self.broker,
+                    name,
+                    index,
+                    config.clone(),
+                    true,
+                )?);
             }
             self.catalog.create_topic(&record)?;
         }
@@ -339,7 +350,13 @@ impl Topics {
         let mut partitions = topic.partitions.clone();
         for index in current..count {
             remove_stale_dir(&self.broker, name, index)?;
-            partitions.push(open_partition(&self.broker, name, index, config.clone())?);
+            partitions.push(open_partition(
+                &self.broker,
+                name,
+                index,
+                config.clone(),
+                true,
+            )?);
         }
         self.catalog.set_partitions(name, count)?;
         let grown = Topic {
@@ -405,15 +422,18 @@ impl Topics {
         }
     }
 
-    /// Fsyncs every partition (on shutdown).
-    pub(crate) fn flush_all(&self) {
+    /// Fsyncs every partition (on shutdown); false when any failed.
+    pub(crate) fn flush_all(&self) -> bool {
+        let mut all_flushed = true;
         for topic in self.all() {
             for partition in &topic.partitions {
                 if let Err(e) = partition.log().flush() {
                     tracing::error!(topic = %topic.name, partition = partition.index, error = %e, "flush failed");
+                    all_flushed = false;
                 }
             }
         }
+        all_flushed
     }
 }
 
@@ -441,9 +461,10 @@ fn open_partition(
     topic: &str,
     index: i32,
     config: LogConfig,
+    clean_shutdown: bool,
 ) -> Result<Arc<Partition>, TopicError> {
     let dir = partition_dir(broker, topic, index);
-    let log = PartitionLog::open(&dir, format!("{topic}-{index}"), config)?;
+    let log = PartitionLog::open(&dir, format!("{topic}-{index}"), config, clean_shutdown)?;
     Ok(Arc::new(Partition {
         index,
         log: Mutex::new(log),

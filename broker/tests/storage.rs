@@ -331,3 +331,49 @@ async fn a_new_topic_does_not_inherit_files_left_by_an_interrupted_delete() {
     assert_eq!(watermarks(&bootstrap, "ghost"), (0, 0));
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_finished_segments_are_checked_and_after_a_clean_stop_they_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join(".kafka_cleanshutdown");
+    let (broker, bootstrap) = start(config(dir.path())).await;
+    create_topic(&bootstrap, "crashy", 1, &[("segment.bytes", "4096")]).await;
+    produce(&bootstrap, "crashy", 0..200, None).await;
+    broker.shutdown().await;
+    assert!(marker.exists(), "a clean shutdown leaves the marker");
+
+    let (broker, _) = start(config(dir.path())).await;
+    assert!(
+        !marker.exists(),
+        "the marker is removed while the broker runs"
+    );
+    // A crash: no shutdown, no marker.
+    drop(broker);
+    let files = segment_files(dir.path(), "crashy-0");
+    assert!(files.len() > 2);
+    // The first (finished) segment got a torn tail that the page cache never completed.
+    let first = dir.path().join("crashy-0").join(&files[0]);
+    let good_len = std::fs::metadata(&first).unwrap().len();
+    let mut bytes = std::fs::read(&first).unwrap();
+    bytes.extend_from_slice(&[0; 100]);
+    std::fs::write(&first, &bytes).unwrap();
+
+    let (broker, bootstrap) = start(config(dir.path())).await;
+    assert_eq!(
+        std::fs::metadata(&first).unwrap().len(),
+        good_len,
+        "the torn tail was cut"
+    );
+    let consumed = tokio::task::spawn_blocking({
+        let b = bootstrap.clone();
+        move || consume(&b, "crashy", 1, 200, Duration::from_secs(20))
+    })
+    .await
+    .unwrap();
+    assert_eq!(consumed.len(), 200);
+    for (i, r) in consumed.iter().enumerate() {
+        assert_eq!(r.offset, i as i64);
+        assert_eq!(r.value.as_deref(), Some(value(i).as_slice()));
+    }
+    broker.shutdown().await;
+}

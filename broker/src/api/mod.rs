@@ -229,7 +229,7 @@ mod tests {
             data_dir: dir.to_path_buf(),
             ..Default::default()
         };
-        let topics = Topics::open(config, Catalog::open(dir).unwrap()).unwrap();
+        let topics = Topics::open(config, Catalog::open(dir).unwrap(), true).unwrap();
         Arc::new(Context {
             topics,
             appended: Notify::new(),

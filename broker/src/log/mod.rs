@@ -118,10 +118,13 @@ pub(crate) struct PartitionLog {
 
 impl PartitionLog {
     /// Opens (or creates) the log in `dir`, recovering a torn tail of the active segment.
+    /// After a clean shutdown finished segments load from their indexes; after a crash their
+    /// batch headers are walked too, so a tail the page cache never wrote is cut off.
     pub(crate) fn open(
         dir: &Path,
         name: String,
         config: LogConfig,
+        clean_shutdown: bool,
     ) -> Result<PartitionLog, StorageError> {
         fs::create_dir_all(dir).map_err(|source| StorageError::Io {
             path: dir.to_path_buf(),
@@ -149,11 +152,13 @@ impl PartitionLog {
         let now = now_ms();
         let mut segments = Vec::with_capacity(bases.len().max(1));
         for (i, base) in bases.iter().enumerate() {
-            // Only the active segment can have a torn tail: it is read batch by batch with
-            // CRCs; the others load from their indexes.
+            // The active segment is read batch by batch with CRCs.
             let (segment, recovery) = match bases.get(i + 1) {
                 None => Segment::open(dir, *base, true, config.index_interval_bytes, now)?,
-                Some(next) => Segment::load(dir, *base, *next, config.index_interval_bytes, now)?,
+                Some(next) if clean_shutdown => {
+                    Segment::load(dir, *base, *next, config.index_interval_bytes, now)?
+                }
+                Some(_) => Segment::open(dir, *base, false, config.index_interval_bytes, now)?,
             };
             if recovery.truncated_bytes > 0 {
                 tracing::warn!(
@@ -401,7 +406,7 @@ mod tests {
     #[test]
     fn reads_back_whole_batches_from_any_offset_across_segments() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500)).unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500), true).unwrap();
         for i in 0..50 {
             assert_eq!(append(&mut log, 3, 1000 + i), i * 3);
         }
@@ -448,7 +453,7 @@ mod tests {
         drop(log);
 
         // Finished segments load from their index files; the same bytes come back.
-        let log = PartitionLog::open(dir.path(), "t-0".into(), config(500)).unwrap();
+        let log = PartitionLog::open(dir.path(), "t-0".into(), config(500), true).unwrap();
         assert_eq!(log.log_end_offset(), 150);
         assert_eq!(log.segment_count(), segments);
         for (offset, bytes) in before.iter().enumerate() {
@@ -467,7 +472,7 @@ mod tests {
         // A garbled index is rebuilt from the log.
         let first_index = dir.path().join(segment::file_name(0, "index"));
         std::fs::write(&first_index, [0xff; 20]).unwrap();
-        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500)).unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500), true).unwrap();
         for (offset, bytes) in before.iter().enumerate() {
             assert_eq!(
                 &log.read(offset as i64, 1000, true)
