@@ -30,4 +30,4 @@ pub use config::BrokerConfig;
 pub use dump::{DumpError, dump_segment_file};
 pub use log::StorageError;
 pub use log::batch::BatchError;
-pub use server::{Broker, BrokerError, BrokerHandle};
+pub use server::{Broker, BrokerError, BrokerHandle, PartitionInfo, TopicInfo};

@@ -60,6 +60,30 @@ impl From<TopicError> for BrokerError {
 #[derive(Debug)]
 pub struct Broker;
 
+/// A topic as [`BrokerHandle::topics`] reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicInfo {
+    /// Topic name.
+    pub name: String,
+    /// Its partitions, by index.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// One partition's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionInfo {
+    /// Partition index.
+    pub partition: i32,
+    /// First offset still stored (moves with retention).
+    pub log_start_offset: i64,
+    /// Offset the next record will get (the high watermark).
+    pub log_end_offset: i64,
+    /// Bytes on disk in its segments.
+    pub size_bytes: u64,
+    /// Number of segments, the active one included.
+    pub segments: usize,
+}
+
 /// A running broker; dropping it stops the broker without waiting, [`BrokerHandle::shutdown`]
 /// stops it gracefully.
 pub struct BrokerHandle {
@@ -222,6 +246,33 @@ impl BrokerHandle {
     /// The address the broker listens on (with the real port when configured with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Every topic with its partitions' offsets and sizes, sorted by name (for dashboards and
+    /// metrics in the embedding process, without a Kafka client).
+    pub fn topics(&self) -> Vec<TopicInfo> {
+        self.ctx
+            .topics
+            .all()
+            .iter()
+            .map(|topic| TopicInfo {
+                name: topic.name.clone(),
+                partitions: topic
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let log = p.log();
+                        PartitionInfo {
+                            partition: p.index,
+                            log_start_offset: log.log_start_offset(),
+                            log_end_offset: log.log_end_offset(),
+                            size_bytes: log.size_bytes(),
+                            segments: log.segment_count(),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     /// Stops accepting, lets every connection finish its current request, fsyncs all logs.

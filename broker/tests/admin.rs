@@ -204,3 +204,81 @@ async fn a_waiting_fetch_returns_as_soon_as_a_record_arrives() {
     );
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn altering_retention_applies_to_a_live_topic_and_the_handle_reports_offsets() {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::{
+        ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    };
+    use kafka_protocol::protocol::StrBytes;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.log_retention_check_interval_ms = 50;
+    let (broker, bootstrap) = start(config).await;
+    create_topic(&bootstrap, "live", 1, &[("segment.bytes", "4096")]).await;
+    let producer = producer(&bootstrap, &[("batch.size", "1000"), ("linger.ms", "1")]);
+    let payload = vec![b'p'; 200];
+    for _ in 0..200 {
+        producer
+            .send(
+                FutureRecord::to("live").key("k").payload(&payload),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+    }
+    let before = broker.topics();
+    assert_eq!(before.len(), 1);
+    let partition = &before[0].partitions[0];
+    assert_eq!(
+        (partition.log_start_offset, partition.log_end_offset),
+        (0, 200)
+    );
+    assert!(partition.segments > 3, "{partition:?}");
+
+    // retention.bytes=5000 set on the running topic.
+    let mut stream = tokio::net::TcpStream::connect(broker.local_addr())
+        .await
+        .unwrap();
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("live"))
+            .with_configs(vec![
+                AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str("retention.bytes"))
+                    .with_config_operation(0)
+                    .with_value(Some(StrBytes::from_static_str("5000"))),
+            ]),
+    ]);
+    let response: IncrementalAlterConfigsResponse =
+        common::raw::call(&mut stream, ApiKey::IncrementalAlterConfigs, 1, &request).await;
+    assert_eq!(response.responses[0].error_code, 0);
+
+    wait_for("retention.bytes to apply", Duration::from_secs(10), || {
+        let p = &broker.topics()[0].partitions[0];
+        p.log_start_offset > 0 && p.size_bytes <= 5000 + 4096
+    })
+    .await;
+    let after = &broker.topics()[0].partitions[0];
+    assert_eq!(after.log_end_offset, 200);
+
+    // The override survives a restart (it lives in the catalog).
+    broker.shutdown().await;
+    let (broker, bootstrap) = start(common::config(dir.path())).await;
+    let admin = admin(&bootstrap);
+    let configs = admin
+        .describe_configs([&ResourceSpecifier::Topic("live")], &options())
+        .await
+        .unwrap();
+    let resource = configs.into_iter().next().unwrap().unwrap();
+    assert_eq!(
+        resource.get("retention.bytes").unwrap().value.as_deref(),
+        Some("5000")
+    );
+    broker.shutdown().await;
+}

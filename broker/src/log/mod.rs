@@ -205,7 +205,6 @@ impl PartitionLog {
     }
 
     /// Number of segments (the active one included).
-    #[cfg(test)]
     pub(crate) fn segment_count(&self) -> usize {
         self.segments.len()
     }
