@@ -57,6 +57,10 @@ async fn topics_are_created_described_grown_and_deleted() {
         resource.get("segment.bytes").unwrap().value.as_deref(),
         Some("1073741824")
     );
+    assert!(matches!(
+        resource.get("segment.bytes").unwrap().source,
+        rdkafka::admin::ConfigSource::Default
+    ));
 
     let grown = admin
         .create_partitions([&NewPartitions::new("admin-t", 5)], &options())

@@ -13,6 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
 use super::{Context, Handler};
+use crate::config::BrokerConfig;
 use crate::topic_config::{LogConfig, TOPIC_CONFIGS};
 
 pub(super) struct DescribeConfigs;
@@ -24,6 +25,7 @@ pub(super) const BROKER: i8 = 4;
 /// Kafka's config sources.
 const TOPIC_CONFIG: i8 = 1;
 const STATIC_BROKER_CONFIG: i8 = 4;
+const DEFAULT_CONFIG: i8 = 5;
 
 /// Kafka's config types.
 const BOOLEAN: i8 = 1;
@@ -61,17 +63,28 @@ pub(super) fn topic_entries(
     let Ok(effective) = effective else {
         return Vec::new();
     };
+    // Kafka's own defaults, to tell a default apart from a broker setting.
+    let kafka_defaults = LogConfig::resolve(&BrokerConfig::default(), &BTreeMap::new()).ok();
     TOPIC_CONFIGS
         .iter()
         .filter_map(|(name, _)| {
+            let value = effective.value_of(name)?;
+            let source = if overrides.contains_key(*name) {
+                TOPIC_CONFIG
+            } else if kafka_defaults
+                .as_ref()
+                .and_then(|d| d.value_of(name))
+                .as_ref()
+                == Some(&value)
+            {
+                DEFAULT_CONFIG
+            } else {
+                STATIC_BROKER_CONFIG
+            };
             Some(ConfigEntry {
                 name,
-                value: effective.value_of(name)?,
-                source: if overrides.contains_key(*name) {
-                    TOPIC_CONFIG
-                } else {
-                    STATIC_BROKER_CONFIG
-                },
+                value,
+                source,
                 config_type: topic_config_type(name),
                 read_only: false,
             })
