@@ -20,6 +20,7 @@ struct State {
 pub(crate) struct TestChannel {
     capacity: usize,
     transaction_capacity: usize,
+    durable: bool,
     fail: AtomicBool,
     state: Mutex<State>,
 }
@@ -29,6 +30,19 @@ impl TestChannel {
         Arc::new(Self {
             capacity,
             transaction_capacity,
+            durable: true,
+            fail: AtomicBool::new(false),
+            state: Mutex::default(),
+        })
+    }
+
+    /// A channel that is not durable, like the memory channel: the source's checkpoints go
+    /// through acknowledgements, which this channel never gives (nothing is ever delivered).
+    pub(crate) fn volatile(capacity: usize, transaction_capacity: usize) -> Arc<Self> {
+        Arc::new(Self {
+            capacity,
+            transaction_capacity,
+            durable: false,
             fail: AtomicBool::new(false),
             state: Mutex::default(),
         })
@@ -140,9 +154,10 @@ impl Channel for TestChannel {
         self.transaction_capacity
     }
 
-    /// Durable, so the checkpoint travels with the batch and the test can read it.
+    /// Durable unless made `volatile`: the checkpoint travels with the batch and the test can
+    /// read it.
     fn is_durable(&self) -> bool {
-        true
+        self.durable
     }
 
     fn len(&self) -> usize {

@@ -14,9 +14,15 @@
 //! of its first bytes) and the byte just after its last line in the batch (see [`checkpoint`]).
 //! A restarted source continues that file from there, so a partly read file is neither read
 //! again (with a durable channel) nor skipped. A file is renamed (or deleted) only after the
-//! put of its last batch returned `Ok`. If the agent stops after the rename but before a
-//! memory channel delivered the last events, the restarted source finds the file under its
-//! completed name and sends them again.
+//! put of its last batch returned `Ok`.
+//!
+//! Through a channel that is not durable (memory), a checkpoint is saved only once the sinks
+//! delivered everything before it, while files are completed as soon as their events are in
+//! the channel. So each checkpoint also carries a completion mark: the change time of the
+//! newest completed file when it was sent. A restarted source first finishes the file of the
+//! checkpoint (under its completed name if need be), then reads again, oldest first, every
+//! completed file changed after the mark (at-least-once: their events may have been lost with
+//! the channel). Through durable channels this never happens (exactly-once).
 //!
 //! # Errors are per file
 //!
@@ -154,16 +160,29 @@ impl SpooldirSource {
             }
             file = Some(returned);
         };
-        if changed.is_some() || file.already_completed {
+        if changed.is_some() {
             return Ok(());
         }
         let policy = self.config.delete_policy;
         let suffix = self.config.file_suffix.clone();
         let name = file.name.clone();
         let key = file.key;
-        match blocking(move || file.complete(policy, &suffix).map(|()| (file, ()))).await {
-            Ok(_) => {
-                tracing::info!(source = ctx.name(), file = %name.display(), "spooled file completed")
+        let completed = blocking(move || {
+            if !file.already_completed {
+                file.complete(policy, &suffix)?;
+            }
+            let time = file.completion_time(&suffix);
+            Ok((file, time))
+        })
+        .await;
+        match completed {
+            Ok((file, time)) => {
+                if let (Some(mark), Some(time)) = (&mut state.mark, time) {
+                    mark.advance(key, time);
+                }
+                if !file.already_completed {
+                    tracing::info!(source = ctx.name(), file = %name.display(), "spooled file completed");
+                }
             }
             Err(error) => {
                 report(ctx, &name, &format!("it could not be completed: {error}"));
@@ -213,6 +232,45 @@ impl Source for SpooldirSource {
             .map(SpoolState::decode)
             .transpose()?
             .unwrap_or_default();
+        // Through a channel that is not durable, checkpoints are saved once the sinks delivered,
+        // so files completed after the saved one may hold undelivered events: read them again.
+        let volatile = ctx.channels().iter().any(|c| !c.is_durable());
+        if volatile && self.config.delete_policy == DeletePolicy::Immediate {
+            tracing::warn!(
+                source = ctx.name(),
+                "with `delete_policy: immediate` and a channel that is not durable, files are deleted before their events are delivered: events in the channel when the agent dies are lost"
+            );
+        }
+        let again = match (&state.mark, volatile) {
+            (Some(mark), true) => {
+                let (selection, mark) = (self.selection.clone(), mark.clone());
+                let current = state.current.as_ref().map(|c| c.key);
+                blocking(move || Ok((selection.completed_since(&mark, current)?, ())))
+                    .await
+                    .map_err(|e| SourceError::io("listing completed spooled files", e))?
+                    .0
+            }
+            _ => Vec::new(),
+        };
+        if state.mark.is_none() {
+            let selection = self.selection.clone();
+            let (mark, ()) = blocking(move || Ok((selection.start_mark()?, ())))
+                .await
+                .map_err(|e| {
+                    SourceError::io(
+                        format!(
+                            "reading the spool directory {}",
+                            self.config.spool_dir.display()
+                        ),
+                        e,
+                    )
+                })?;
+            state.mark = Some(mark);
+            // Saved at once (nothing is in flight): a restart knows which completions are new.
+            ctx.send(Vec::new(), Some(state.encode())).await?;
+            // The change-time clock is coarse: a completion from now on is after the mark.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
         if let Some(current) = state.current.clone() {
             let selection = self.selection.clone();
             let resumed = blocking(move || Ok((selection.resume(&current), ())))
@@ -225,6 +283,22 @@ impl Source for SpooldirSource {
                     self.consume(&ctx, &mut state, file).await?;
                 }
                 None => state.current = None,
+            }
+        }
+        for completed in again {
+            if ctx.shutdown().is_triggered() {
+                return Ok(());
+            }
+            let selection = self.selection.clone();
+            let path = completed.clone();
+            match blocking(move || Ok((selection.reopen_completed(&path)?, ()))).await {
+                Ok((file, ())) => {
+                    tracing::info!(source = ctx.name(), file = %completed.display(), "sending again the events of a file completed after the last delivered checkpoint");
+                    self.consume(&ctx, &mut state, file).await?;
+                }
+                Err(error) => {
+                    tracing::warn!(source = ctx.name(), file = %completed.display(), %error, "cannot read a completed file again")
+                }
             }
         }
         while !ctx.shutdown().is_triggered() {

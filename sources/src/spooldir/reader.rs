@@ -5,13 +5,14 @@ use std::collections::hash_map::RandomState;
 use std::fs::File;
 use std::hash::BuildHasher;
 use std::io::{self, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use regex::Regex;
 
-use super::checkpoint::{Current, Failed};
+use super::checkpoint::{CompletionMark, Current, Failed};
 use super::config::{ConsumeOrder, DeletePolicy};
 use crate::file_id::{FileKey, Fingerprint};
 use crate::lines::LineBuffer;
@@ -104,6 +105,55 @@ impl Selection {
             Ok(file) => Next::Read(file),
             Err(error) => Next::Reject(Failed { path, key }, format!("it cannot be read: {error}")),
         }))
+    }
+
+    /// The mark before any completion: the directory's change time now.
+    pub(crate) fn start_mark(&self) -> io::Result<CompletionMark> {
+        let (ctime_s, ctime_ns) = change_time(&std::fs::metadata(&self.dir)?);
+        Ok(CompletionMark {
+            ctime_s,
+            ctime_ns,
+            keys: None,
+        })
+    }
+
+    /// The completed files (under their completed names) completed after `mark`, oldest
+    /// completion first, except `current`.
+    pub(crate) fn completed_since(
+        &self,
+        mark: &CompletionMark,
+        current: Option<FileKey>,
+    ) -> io::Result<Vec<PathBuf>> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || !name.ends_with(&self.suffix) {
+                continue;
+            }
+            let path = entry.path();
+            let Ok(metadata) = std::fs::metadata(&path) else {
+                continue;
+            };
+            let key = FileKey::of(&metadata);
+            let ctime = change_time(&metadata);
+            if metadata.is_file() && Some(key) != current && mark.completed_after(key, ctime) {
+                found.push((ctime, path));
+            }
+        }
+        found.sort();
+        Ok(found.into_iter().map(|(_, path)| path).collect())
+    }
+
+    /// A completed file to read again from its start.
+    pub(crate) fn reopen_completed(&self, completed: &Path) -> io::Result<SpoolFile> {
+        let mut file = SpoolFile::open(completed, 0)?;
+        let name = completed.as_os_str().to_string_lossy();
+        let original = name.strip_suffix(&self.suffix).unwrap_or(&name);
+        file.name = PathBuf::from(original);
+        file.already_completed = true;
+        Ok(file)
     }
 
     /// The file of a saved position, positioned where reading resumes: under its name, or
@@ -227,6 +277,16 @@ impl SpoolFile {
         Ok(None)
     }
 
+    /// The change time of the file under its completed name, once completed.
+    pub(crate) fn completion_time(&self, suffix: &str) -> Option<(i64, i64)> {
+        let completed = if self.already_completed {
+            self.path.clone()
+        } else {
+            completed_path(&self.path, suffix)
+        };
+        std::fs::metadata(completed).ok().map(|m| change_time(&m))
+    }
+
     /// Renames the file with `suffix` (never replacing a file of that name) or deletes it.
     pub(crate) fn complete(&self, policy: DeletePolicy, suffix: &str) -> io::Result<()> {
         if policy == DeletePolicy::Immediate {
@@ -249,4 +309,9 @@ impl SpoolFile {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A file's change time (`ctime`): seconds and nanoseconds.
+fn change_time(metadata: &std::fs::Metadata) -> (i64, i64) {
+    (metadata.ctime(), metadata.ctime_nsec())
 }

@@ -60,6 +60,27 @@ fn start_on(channel: Arc<TestChannel>, yaml: &str, checkpoint: Option<Checkpoint
     }
 }
 
+/// Starts a source on a channel that is not durable, with checkpoints saved in `store` once
+/// delivered (never, with the test channel, but for batches with no events).
+fn start_volatile(yaml: &str, store: Arc<MemoryCheckpointStore>) -> Running {
+    let channel = TestChannel::volatile(1_000_000, 10_000);
+    let shutdown = Shutdown::new();
+    let ctx = SourceContext::new(
+        "test",
+        vec![channel.clone() as Arc<dyn Channel>],
+        vec![],
+        shutdown.clone(),
+        store,
+    )
+    .unwrap();
+    let task = tokio::spawn(build(yaml).run(ctx));
+    Running {
+        channel,
+        shutdown,
+        task,
+    }
+}
+
 fn start(yaml: &str, checkpoint: Option<Checkpoint>) -> Running {
     start_on(TestChannel::new(1_000_000, 10_000), yaml, checkpoint)
 }
@@ -128,8 +149,8 @@ async fn renames_completed_files() {
         events[2].headers.get("basename").map(String::as_str),
         Some("b.csv")
     );
-    // a: one full batch; b: a batch of 2 and one of 1; c: 2 and 1.
-    assert_eq!(running.channel.batches(), 5);
+    // The start mark alone; a: one full batch; b: a batch of 2 and one of 1; c: 2 and 1.
+    assert_eq!(running.channel.batches(), 6);
     let state = SpoolState::decode(&running.stop().await.unwrap()).unwrap();
     let current = state.current.unwrap();
     assert_eq!((current.path, current.offset), (c, 10), "the whole file");
@@ -172,6 +193,7 @@ async fn resumes_from_the_completed_name_when_stopped_right_after_completing() {
             offset: 2,
         }),
         failed: Vec::new(),
+        mark: None,
     };
     let running = start(&options(dir.path(), ""), Some(state.encode()));
     until("the rest is sent", || running.channel.len() == 2).await;
@@ -180,6 +202,41 @@ async fn resumes_from_the_completed_name_when_stopped_right_after_completing() {
     until("the next file is read", || running.channel.len() == 3).await;
     assert!(exists(&completed(&file)) && !exists(&file));
     running.stop().await;
+}
+
+#[tokio::test]
+async fn with_a_memory_channel_files_completed_after_the_saved_checkpoint_are_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.csv.COMPLETED");
+    std::fs::write(&old, "delivered long ago\n").unwrap();
+    let first = spool(dir.path(), "first.csv", "1\n2\n", 20);
+    let second = spool(dir.path(), "second.csv", "3\n", 10);
+    let yaml = options(dir.path(), "");
+    let store = Arc::new(MemoryCheckpointStore::default());
+    let running = start_volatile(&yaml, store.clone());
+    until("both files are completed", || {
+        exists(&completed(&first)) && exists(&completed(&second))
+    })
+    .await;
+    assert_eq!(running.channel.bodies(), ["1", "2", "3"]);
+    // The agent dies before the sinks delivered anything.
+    running.task.abort();
+    let saved = store.load("test").unwrap();
+    assert!(saved.is_some(), "the start mark is saved at once");
+    let store = Arc::new(MemoryCheckpointStore::default());
+    store.save("test", &saved.unwrap()).unwrap();
+    let running = start_volatile(&yaml, store);
+    until("the events are sent again", || running.channel.len() >= 3).await;
+    let third = spool(dir.path(), "third.csv", "4\n", 0);
+    until("the next file is completed", || exists(&completed(&third))).await;
+    assert_eq!(
+        running.channel.bodies(),
+        ["1", "2", "3", "4"],
+        "the undelivered files again, in order, and not the file completed before"
+    );
+    running.stop().await;
+    assert!(exists(&old));
+    assert!(!exists(&first) && !exists(&second));
 }
 
 #[tokio::test]
