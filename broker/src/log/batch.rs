@@ -48,7 +48,9 @@ pub(crate) struct BatchHeader {
 impl BatchHeader {
     /// Offset of the last record in the batch.
     pub(crate) fn last_offset(&self) -> i64 {
-        self.base_offset + i64::from(self.last_offset_delta)
+        // Saturating: a garbled base offset read back from disk must not overflow.
+        self.base_offset
+            .saturating_add(i64::from(self.last_offset_delta))
     }
 }
 

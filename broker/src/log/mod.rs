@@ -232,7 +232,7 @@ impl PartitionLog {
         for (start, header) in headers.iter_mut() {
             batch::assign_offset(&mut bytes[*start..], next);
             header.base_offset = next;
-            next = header.last_offset() + 1;
+            next = header.last_offset().saturating_add(1);
         }
         let active = self
             .segments
@@ -240,7 +240,7 @@ impl PartitionLog {
             .map(|s| (s.size(), s.created_ms(), s.base_offset()));
         if let Some((size, created, base)) = active {
             let too_big = size + bytes.len() as u64 > self.config.segment_bytes;
-            let too_old = now - created >= self.config.segment_ms;
+            let too_old = now.saturating_sub(created) >= self.config.segment_ms;
             // Relative offsets in the indexes are u32.
             let too_far = next - base > i64::from(u32::MAX);
             if size > 0 && (too_big || too_old || too_far) {
@@ -497,5 +497,70 @@ mod tests {
                 .unwrap(),
             &before[start as usize]
         );
+    }
+
+    #[test]
+    fn garbage_segment_files_open_without_panicking_and_the_log_stays_usable() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut noise = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        };
+        for round in 0..40 {
+            let dir = tempfile::tempdir().unwrap();
+            let mut log_bytes = if round % 2 == 0 {
+                batch::tests::make_batch(0, 2, 5)
+            } else {
+                Vec::new()
+            };
+            if round % 3 == 0 {
+                // A batch claiming an offset near i64::MAX.
+                let mut b = batch::tests::make_batch(i64::MAX - 1, 5, 5);
+                b[23..27].copy_from_slice(&i32::MAX.to_be_bytes());
+                log_bytes.extend(b);
+            }
+            log_bytes.extend(noise(round * 37));
+            for base in [0i64, 1000] {
+                std::fs::write(dir.path().join(segment::file_name(base, "log")), &log_bytes)
+                    .unwrap();
+                std::fs::write(
+                    dir.path().join(segment::file_name(base, "index")),
+                    noise(round * 8),
+                )
+                .unwrap();
+                std::fs::write(
+                    dir.path().join(segment::file_name(base, "timeindex")),
+                    noise(round * 12),
+                )
+                .unwrap();
+            }
+            for clean in [true, false] {
+                let mut log =
+                    PartitionLog::open(dir.path(), "g-0".into(), config(500), clean).unwrap();
+                let end = log.log_end_offset();
+                let _ = log.read(0, 1000, true).unwrap();
+                let _ = log.offset_for_timestamp(0).unwrap();
+                if end < i64::MAX - 10 {
+                    let next = append(&mut log, 1, 7);
+                    assert_eq!(next, end);
+                }
+                for base in [0i64, 1000] {
+                    for ext in ["log", "index", "timeindex"] {
+                        let mut out = Vec::new();
+                        let _ = crate::dump_segment_file(
+                            &dir.path().join(segment::file_name(base, ext)),
+                            true,
+                            &mut out,
+                        );
+                    }
+                }
+            }
+        }
     }
 }

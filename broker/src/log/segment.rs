@@ -146,8 +146,12 @@ impl Segment {
                     break;
                 }
             }
-            if header.base_offset < segment.next_offset {
-                // Offsets must grow; anything else is garbage left by a crash.
+            // Offsets must grow and stay within u32 of the segment's base (the index format);
+            // anything else is garbage left by a crash.
+            if header.base_offset < segment.next_offset
+                || header.last_offset() - base_offset > i64::from(u32::MAX)
+                || header.last_offset() == i64::MAX
+            {
                 break;
             }
             segment.size = position;
@@ -345,7 +349,7 @@ impl Segment {
             self.bytes_since_index = 0;
         }
         self.bytes_since_index += header.size as u64;
-        self.next_offset = header.last_offset() + 1;
+        self.next_offset = header.last_offset().saturating_add(1);
     }
 
     /// Appends already validated batches with assigned offsets (`headers` gives each batch's
