@@ -298,6 +298,21 @@ async fn corrupt_and_oversized_batches_get_kafka_errors_and_acks_0_gets_no_respo
     .await;
     assert_eq!(error_of(&r), ResponseError::MessageTooLarge.code());
 
+    // A batch whose offset span does not match its record count (CRC recomputed, so only the
+    // span is wrong) would make offsets jump.
+    let mut inflated = raw::batch(1, 10, 1).to_vec();
+    inflated[23..27].copy_from_slice(&1000i32.to_be_bytes());
+    let crc = crc32c::crc32c(&inflated[21..]);
+    inflated[17..21].copy_from_slice(&crc.to_be_bytes());
+    let r: ProduceResponse = call(
+        &mut stream,
+        ApiKey::Produce,
+        9,
+        &produce_request("checks", inflated.into(), 1),
+    )
+    .await;
+    assert_eq!(error_of(&r), ResponseError::CorruptMessage.code());
+
     // acks=0: nothing comes back, so the next response on the wire is the Metadata one.
     stream
         .write_all(&frame(

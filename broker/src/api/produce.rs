@@ -29,7 +29,17 @@ fn append(topic: &Topic, index: i32, records: Option<&[u8]>) -> PartitionProduce
     };
     let records = records.unwrap_or_default();
     let mut headers = match batch::validate_all(records) {
-        Ok(headers) if !headers.is_empty() => headers,
+        // A producer's batch holds records 0..count: its offset span must match its count,
+        // or a client could make offsets jump.
+        Ok(headers)
+            if !headers.is_empty()
+                && headers.iter().all(|(_, h)| {
+                    h.record_count >= 1
+                        && i64::from(h.last_offset_delta) + 1 == i64::from(h.record_count)
+                }) =>
+        {
+            headers
+        }
         Ok(_) => return fail(ResponseError::CorruptMessage),
         Err(e) => {
             tracing::debug!(topic = %topic.name, partition = index, error = %e, "refused a corrupt batch");
