@@ -10,7 +10,12 @@ use nix::sys::signal::Signal;
 #[path = "harness.rs"]
 mod harness;
 
-use harness::{Agent, read_dir_concat, wait_until};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use harness::{Agent, Tmpfs, free_port, http_server, read_dir_concat, wait_until};
 
 /// A small deterministic generator for kill delays (the seed is printed to replay a run).
 struct Lcg(u64);
@@ -97,4 +102,115 @@ sinks:
         );
     }
     assert_eq!(lines.len(), TOTAL, "CRASH_SEED={seed}");
+}
+
+#[test]
+fn full_disk_makes_the_source_wait_and_nothing_is_lost_when_space_returns() {
+    const LINES: usize = 60_000;
+    let disk = Tmpfs::mount(24);
+    // Most of the disk is taken by someone else's file; the channel gets what is left.
+    let filler = disk.path.join("filler");
+    std::fs::write(&filler, vec![0u8; 14 << 20]).unwrap();
+    // The destination refuses everything until released, so the channel fills up.
+    let open = Arc::new(AtomicBool::new(false));
+    let gate = Arc::clone(&open);
+    let (http_port, received) = http_server(
+        move |_| {
+            if gate.load(Ordering::SeqCst) {
+                200
+            } else {
+                503
+            }
+        },
+        Duration::ZERO,
+    );
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "\
+agent:
+  data_dir: ./state
+sources:
+  lines:
+    type: netcat
+    channels: [durable]
+    bind: 127.0.0.1
+    port: {port}
+    max_line_length: 1024
+channels:
+  durable:
+    type: file
+    data_dir: {}
+    capacity: 1000000
+    transaction_capacity: 1000
+    minimum_free_space: 6MiB
+sinks:
+  remote:
+    type: http
+    channel: durable
+    batch_size: 1000
+    endpoint: http://127.0.0.1:{http_port}/
+",
+        disk.path.join("channel").display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    wait_until(Duration::from_secs(30), "netcat source listening", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let padding = "x".repeat(400);
+    let sender = std::thread::spawn(move || {
+        let mut payload = Vec::new();
+        for i in 0..LINES {
+            writeln!(payload, "{i} {padding}").unwrap();
+        }
+        writer.write_all(&payload).unwrap();
+    });
+    let acks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&acks);
+    let reader = std::thread::spawn(move || {
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        while counter.load(Ordering::SeqCst) < LINES {
+            line.clear();
+            if reader.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            assert_eq!(line, "OK\n", "a line was refused instead of waiting");
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    wait_until(Duration::from_secs(120), "the disk-full log line", || {
+        agent.log().contains("disk full")
+    });
+    let stalled = acks.load(Ordering::SeqCst);
+    assert!(
+        stalled < LINES,
+        "everything fit: the test did not fill the disk"
+    );
+    // Space returns, and the destination too.
+    std::fs::remove_file(&filler).unwrap();
+    open.store(true, Ordering::SeqCst);
+    reader.join().unwrap();
+    sender.join().unwrap();
+    assert_eq!(acks.load(Ordering::SeqCst), LINES);
+    wait_until(Duration::from_secs(120), "every line delivered", || {
+        received.bodies.lock().unwrap().len() >= LINES
+    });
+    agent.signal(Signal::SIGTERM);
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    let bodies = received.bodies.lock().unwrap();
+    assert_eq!(bodies.len(), LINES, "duplicates delivered");
+    for (i, body) in bodies.iter().enumerate() {
+        assert_eq!(
+            body.split(' ').next(),
+            Some(i.to_string().as_str()),
+            "line {i}"
+        );
+    }
 }

@@ -3,10 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -14,7 +13,7 @@ use nix::sys::signal::Signal;
 #[path = "harness.rs"]
 mod harness;
 
-use harness::{Agent, free_port, pipeline, read_dir_concat, wait_until};
+use harness::{Agent, free_port, http_server, pipeline, read_dir_concat, wait_until};
 
 fn numbered_lines(range: std::ops::Range<usize>) -> Vec<u8> {
     let mut out = Vec::new();
@@ -142,78 +141,6 @@ fn sigterm_mid_stream_keeps_every_acknowledged_line() {
             format!("line-{i}"),
             "line {i} out of order or duplicated"
         );
-    }
-}
-
-/// What a test HTTP server received: the event bodies of every accepted request, in order.
-#[derive(Default)]
-struct Received {
-    bodies: Mutex<Vec<String>>,
-    requests: AtomicUsize,
-    refused: AtomicUsize,
-}
-
-/// A minimal HTTP/1.1 server (keep-alive, Content-Length bodies) that decodes the http sink's
-/// JSON batches. `respond(n)` gives the status for the n-th request (from 0); `delay` slows
-/// every request down.
-fn http_server(
-    respond: impl Fn(usize) -> u16 + Send + Sync + 'static,
-    delay: Duration,
-) -> (u16, Arc<Received>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let received = Arc::new(Received::default());
-    let respond = Arc::new(respond);
-    let state = Arc::clone(&received);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            let state = Arc::clone(&state);
-            let respond = Arc::clone(&respond);
-            std::thread::spawn(move || serve(stream, &state, &*respond, delay));
-        }
-    });
-    (port, received)
-}
-
-fn serve(stream: TcpStream, state: &Received, respond: &dyn Fn(usize) -> u16, delay: Duration) {
-    let mut writer = stream.try_clone().unwrap();
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut length = 0;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if line == "\r\n" {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().unwrap();
-            }
-        }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
-        std::thread::sleep(delay);
-        let n = state.requests.fetch_add(1, Ordering::SeqCst);
-        let status = respond(n);
-        if status == 200 {
-            let events: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
-            let mut bodies = state.bodies.lock().unwrap();
-            for event in events {
-                bodies.push(event["body"].as_str().unwrap().to_owned());
-            }
-        } else {
-            state.refused.fetch_add(1, Ordering::SeqCst);
-        }
-        let reply = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n");
-        if writer.write_all(reply.as_bytes()).is_err() {
-            return;
-        }
     }
 }
 

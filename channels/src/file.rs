@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use ferry_core::config::ByteSize;
 use ferry_core::state::{Durability, StateError, StateStore, StoredEvents};
 use ferry_core::{
     Channel, ChannelError, ComponentConfig, ComponentMetrics, ConfigError, Counter, Event,
@@ -44,6 +45,15 @@ pub struct FileChannelConfig {
     /// Channels in one directory share one database and never clash.
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
+    /// Puts wait while less than this much space is left for the database (Flume
+    /// `minimumRequiredSpace`, default 500MB there; 64MiB here). The reserve is what lets
+    /// sinks commit, and so free space, when the disk is full.
+    #[serde(default = "default_minimum_free_space")]
+    pub minimum_free_space: ByteSize,
+}
+
+fn default_minimum_free_space() -> ByteSize {
+    ByteSize(64 << 20)
 }
 
 fn default_capacity() -> usize {
@@ -79,6 +89,7 @@ struct Shared {
     transaction_capacity: usize,
     durability: Durability,
     data_dir: PathBuf,
+    minimum_free_space: u64,
     store: OnceLock<StateStore>,
     queue: Mutex<Queue>,
     /// Serializes reads from the database so two takes never read the same events.
@@ -152,6 +163,7 @@ impl FileChannel {
             transaction_capacity: options.transaction_capacity,
             durability: options.durability,
             data_dir,
+            minimum_free_space: options.minimum_free_space.bytes(),
             store: OnceLock::new(),
             queue: Mutex::default(),
             reading: tokio::sync::Mutex::new(()),
@@ -216,6 +228,16 @@ impl FileChannel {
         loop {
             let (store, shared2, batch2) = (store.clone(), Arc::clone(&shared), Arc::clone(&batch));
             let result = tokio::task::spawn_blocking(move || {
+                let needed = shared2.minimum_free_space
+                    + batch2.events.iter().map(Event::byte_size).sum::<usize>() as u64;
+                if store.available_bytes()? < needed {
+                    store.reclaim_space()?;
+                    if store.available_bytes()? < needed {
+                        return Err(StateError::DiskFull {
+                            path: store.path().to_owned(),
+                        });
+                    }
+                }
                 let checkpoint = batch2
                     .checkpoint
                     .as_ref()
@@ -244,7 +266,7 @@ impl FileChannel {
                 }
                 Err(error @ StateError::DiskFull { .. }) => {
                     if !warned {
-                        warn!(channel = %self.0.name, %error, "disk full: the source waits until space is freed");
+                        warn!(channel = %self.0.name, %error, minimum_free_space = self.0.minimum_free_space, "disk full: the source waits until space is freed");
                         warned = true;
                     }
                     tokio::time::sleep(backoff).await;
@@ -444,22 +466,36 @@ impl TakeTransaction for FileTake {
         };
         let (first, last, n) = (*first, *last, batch.events.len());
         let store = self.channel.store()?;
-        let name = self.channel.name.clone();
-        let result = tokio::task::spawn_blocking(move || store.remove(&name, first..=last)).await;
-        match result {
-            Ok(Ok(())) => {
-                self.channel.size.sub(n as u64);
-                self.channel.slots.add_permits(n);
-                Ok(())
+        let mut backoff = Duration::from_millis(100);
+        let mut warned = false;
+        loop {
+            let (store, name) = (store.clone(), self.channel.name.clone());
+            let result =
+                tokio::task::spawn_blocking(move || store.remove(&name, first..=last)).await;
+            let error = match result {
+                Ok(Ok(())) => {
+                    self.channel.size.sub(n as u64);
+                    self.channel.slots.add_permits(n);
+                    return Ok(());
+                }
+                // The events were delivered: giving them back would deliver them twice, so
+                // a full disk is waited out (puts keep a reserve for exactly this).
+                Ok(Err(error @ StateError::DiskFull { .. })) => error,
+                Ok(Err(error)) => {
+                    self.channel.give_back(batch);
+                    return Err(self.channel.storage_error(error));
+                }
+                Err(error) => {
+                    self.channel.give_back(batch);
+                    return Err(self.channel.storage_error(error));
+                }
+            };
+            if !warned {
+                warn!(channel = %self.channel.name, %error, "disk full: cannot remove delivered events yet; retrying");
+                warned = true;
             }
-            Ok(Err(error)) => {
-                self.channel.give_back(batch);
-                Err(self.channel.storage_error(error))
-            }
-            Err(error) => {
-                self.channel.give_back(batch);
-                Err(self.channel.storage_error(error))
-            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
         }
     }
 
@@ -491,6 +527,7 @@ mod tests {
             transaction_capacity: tx,
             durability: Durability::Normal,
             data_dir: None,
+            minimum_free_space: ByteSize(0),
         }
     }
 

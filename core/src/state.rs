@@ -352,6 +352,34 @@ impl StateStore {
         Ok(())
     }
 
+    /// Free space of the filesystem holding the database. Pages freed by deleted events stay
+    /// inside the database file; [`reclaim_space`](Self::reclaim_space) gives them back.
+    pub fn available_bytes(&self) -> Result<u64, StateError> {
+        let dir = self.0.path.parent().unwrap_or(Path::new("."));
+        let stats = nix::sys::statvfs::statvfs(dir).map_err(|e| StateError::Database {
+            path: self.0.path.clone(),
+            message: format!("reading free space: {e}"),
+        })?;
+        Ok((stats.blocks_available() as u64).saturating_mul(stats.fragment_size() as u64))
+    }
+
+    /// Returns the database's free pages to the filesystem and shrinks the write-ahead log,
+    /// so that a nearly full disk has room again once sinks have taken events out.
+    pub fn reclaim_space(&self) -> Result<(), StateError> {
+        let writer = lock(&self.0.writer);
+        let run = |sql: &str| -> rusqlite::Result<()> {
+            // These pragmas work one step at a time (incremental_vacuum frees a page per
+            // step): step them to the end.
+            let mut statement = writer.conn.prepare(sql)?;
+            let mut rows = statement.query([])?;
+            while rows.next()?.is_some() {}
+            Ok(())
+        };
+        run("PRAGMA incremental_vacuum")
+            .and_then(|()| run("PRAGMA wal_checkpoint(TRUNCATE)"))
+            .map_err(|e| self.error(e))
+    }
+
     /// The progress record of sink `sink`, if it saved one.
     pub fn load_progress(&self, sink: &str) -> Result<Option<Vec<u8>>, StateError> {
         let writer = lock(&self.0.writer);
@@ -446,12 +474,16 @@ fn sql_error(path: &Path, error: rusqlite::Error) -> StateError {
 
 fn connect(path: &Path) -> Result<Connection, StateError> {
     let conn = Connection::open(path).map_err(|e| sql_error(path, e))?;
+    // Before anything else: on a new database this makes free pages returnable to the
+    // filesystem (`reclaim_space`); once tables exist it can no longer change.
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")
+        .map_err(|e| sql_error(path, e))?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
          PRAGMA busy_timeout = 60000;
-         PRAGMA wal_autocheckpoint = 4096;
-         PRAGMA journal_size_limit = 67108864;",
+         PRAGMA wal_autocheckpoint = 1000;
+         PRAGMA journal_size_limit = 16777216;",
     )
     .map_err(|e| sql_error(path, e))?;
     Ok(conn)
@@ -611,6 +643,24 @@ mod tests {
             .unwrap();
         assert_eq!(a.read("one", 0, 10).unwrap().events, [event(1)]);
         assert_eq!(a.read("two", 0, 10).unwrap().sequences, [1, 2]);
+    }
+
+    #[test]
+    fn space_of_removed_events_goes_back_to_the_filesystem() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        let big: Vec<Event> = (0..2000)
+            .map(|_| Event::from_body(vec![7u8; 1000]))
+            .collect();
+        store.append("c", &big, None, Durability::Normal).unwrap();
+        store.reclaim_space().unwrap();
+        let file = dir.path().join("state.db");
+        let full = std::fs::metadata(&file).unwrap().len();
+        assert!(full > 2_000_000, "{full}");
+        store.remove("c", 1..=2000).unwrap();
+        store.reclaim_space().unwrap();
+        let after = std::fs::metadata(&file).unwrap().len();
+        assert!(after < full / 10, "{after} bytes left of {full}");
     }
 
     #[test]
