@@ -302,15 +302,36 @@ impl TailedFiles {
         }
     }
 
-    /// Reads the files, starting after the one the last round stopped at, until `capacity`
+    /// Reads the files, rotated-away ones first, then starting at the one the last round
+    /// stopped at, until `capacity`
     /// events are ready or every file is at its end; flushes what timed out; closes idle
     /// files and releases those deleted or rotated away and read to the end.
     pub(crate) fn read(&mut self, capacity: usize, now: Instant) -> Round {
-        let mut keys: Vec<FileKey> = self.files.keys().copied().collect();
+        // Files rotated away or deleted first, least recently modified first: a rotated log
+        // is read to its end before the file that took its name.
+        let mut draining: Vec<(Option<std::time::SystemTime>, FileKey)> = self
+            .files
+            .values()
+            .filter(|f| !f.in_view)
+            .map(|f| {
+                (
+                    f.handle().and_then(|h| h.metadata().ok()?.modified().ok()),
+                    f.key,
+                )
+            })
+            .collect();
+        draining.sort();
+        let mut active: Vec<FileKey> = self
+            .files
+            .values()
+            .filter(|f| f.in_view)
+            .map(|f| f.key)
+            .collect();
         if let Some(cursor) = self.cursor {
-            let at = keys.partition_point(|k| *k < cursor);
-            keys.rotate_left(at);
+            let at = active.partition_point(|k| *k < cursor);
+            active.rotate_left(at);
         }
+        let keys = draining.into_iter().map(|(_, key)| key).chain(active);
         let mut batch = Batch::new(capacity, &self.options, &self.group_headers);
         let mut more = false;
         let mut release = Vec::new();

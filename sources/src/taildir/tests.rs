@@ -43,7 +43,11 @@ fn build(yaml: &str) -> Box<TaildirSource> {
 
 /// Starts a source with `yaml` options, resuming from `checkpoint`.
 fn start(yaml: &str, checkpoint: Option<Checkpoint>) -> Running {
-    let channel = TestChannel::new(1_000_000, 10_000);
+    start_on(TestChannel::new(1_000_000, 10_000), yaml, checkpoint)
+}
+
+/// Starts a source writing into `channel`.
+fn start_on(channel: Arc<TestChannel>, yaml: &str, checkpoint: Option<Checkpoint>) -> Running {
     let store = Arc::new(MemoryCheckpointStore::default());
     if let Some(checkpoint) = checkpoint {
         store.save("test", &checkpoint).unwrap();
@@ -661,4 +665,130 @@ fn watches_the_directory_before_the_first_wildcard() {
         ("/var/log".into(), NonRecursive)
     );
     assert_eq!(watch_root("*.log"), (".".into(), NonRecursive));
+}
+
+/// A small deterministic generator for crash delays (the seed is printed to replay a run).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[tokio::test]
+async fn crashes_at_random_moments_lose_and_repeat_nothing_through_rotations() {
+    const LINES: usize = 6000;
+    let seed = std::env::var("CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    println!("CRASH_SEED={seed}");
+    let mut rng = Lcg(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().to_owned();
+    // The channel stores events and checkpoint together, as the file channel does; it
+    // outlives the crashed sources.
+    let channel = TestChannel::new(1_000_000, 10_000);
+    let watcher = channel.clone();
+    let writer = std::thread::spawn(move || {
+        let mut writer_rng = Lcg(seed ^ 0x5eed);
+        let mut rotations = 0;
+        // Waits (at most 10 s) until the source sent `line`.
+        let sent = |line: &str| {
+            for _ in 0..2000 {
+                if watcher.bodies().iter().rev().any(|b| b == line) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let mut first_of_a = 0;
+        for i in 0..LINES {
+            for name in ["a", "b", "c"] {
+                append(
+                    &logs.join(format!("{name}.log")),
+                    format!("{name} {i:05}\n").as_bytes(),
+                );
+            }
+            if i % 100 == 99 {
+                std::thread::sleep(Duration::from_millis(5));
+                match writer_rng.below(10) {
+                    // Rename rotation: the old file keeps a name the glob does not match.
+                    // A file created and renamed away between two looks at the directory is
+                    // invisible to any tailer: rename only a file the source has found.
+                    0 | 1 => {
+                        sent(&format!("a {first_of_a:05}"));
+                        first_of_a = i + 1;
+                        rotations += 1;
+                        std::fs::rename(
+                            logs.join("a.log"),
+                            logs.join(format!("a.log.{rotations}")),
+                        )
+                        .unwrap();
+                    }
+                    // copytruncate loses what the reader has not read yet, with any tool:
+                    // truncate only once the source caught up.
+                    2 => {
+                        sent(&format!("b {i:05}"));
+                        let b = logs.join("b.log");
+                        std::fs::copy(&b, logs.join("b.copy")).unwrap();
+                        std::fs::OpenOptions::new()
+                            .write(true)
+                            .open(&b)
+                            .unwrap()
+                            .set_len(0)
+                            .unwrap();
+                    }
+                    _ => {}
+                }
+            }
+        }
+    });
+    let yaml = options(dir.path(), "batch_size: 50");
+    for _ in 0..12 {
+        let running = start_on(channel.clone(), &yaml, channel.checkpoint());
+        tokio::time::sleep(Duration::from_millis(20 + rng.below(150))).await;
+        running.task.abort();
+        let _ = running.task.await;
+    }
+    writer.join().unwrap();
+    let running = start_on(channel.clone(), &yaml, channel.checkpoint());
+    for _ in 0..1000 {
+        if channel.len() >= 3 * LINES {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    running.stop().await;
+    let bodies = channel.bodies();
+    for name in ["a", "b", "c"] {
+        let lines: Vec<&String> = bodies
+            .iter()
+            .filter(|b| b.starts_with(&format!("{name} ")))
+            .collect();
+        let expected: Vec<String> = (0..LINES).map(|i| format!("{name} {i:05}")).collect();
+        let distinct: std::collections::BTreeSet<&String> = lines.iter().copied().collect();
+        let missing: Vec<&String> = expected.iter().filter(|e| !distinct.contains(e)).collect();
+        let first_wrong = lines.iter().zip(&expected).position(|(l, e)| *l != e);
+        assert!(
+            first_wrong.is_none() && lines.len() == LINES,
+            "CRASH_SEED={seed}: file {name}: {} lines, {} duplicates, {} missing (first {:?}), \
+             first out of place at {first_wrong:?}: {:?}",
+            lines.len(),
+            lines.len() - distinct.len(),
+            missing.len(),
+            missing.first(),
+            first_wrong.map(|at| &lines[at.saturating_sub(2)..(at + 3).min(lines.len())]),
+        );
+    }
+    assert_eq!(bodies.len(), 3 * LINES, "CRASH_SEED={seed}");
 }
