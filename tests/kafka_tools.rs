@@ -345,3 +345,74 @@ fn broker_settings_are_validated_with_lines() {
         "{stderr}"
     );
 }
+
+#[test]
+fn dump_log_segments_prints_the_records_produced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = start_broker(dir.path());
+    let b = bootstrap.as_str();
+    agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--create",
+            "--topic",
+            "dumped",
+            "--partitions",
+            "1",
+        ],
+        None,
+    );
+    let input: String = (0..300).map(|i| format!("k{i}\tvalue-{i}\n")).collect();
+    agent(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "dumped",
+            "--property",
+            "parse.key=true",
+        ],
+        Some(input.as_bytes()),
+    );
+    broker.signal(Signal::SIGTERM);
+    assert!(broker.wait(Duration::from_secs(30)).success());
+    let segment = dir.path().join("broker/dumped-0/00000000000000000000.log");
+    let out = stdout(&agent(
+        &[
+            "dump-log-segments",
+            "--files",
+            segment.to_str().unwrap(),
+            "--print-data-log",
+        ],
+        None,
+    ));
+    assert!(
+        out.starts_with(&format!("Dumping {}\n", segment.display())),
+        "{out}"
+    );
+    assert!(out.contains("baseOffset: 0 "), "{out}");
+    let records: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("| offset: "))
+        .collect();
+    assert_eq!(records.len(), 300, "{out}");
+    for (i, record) in records.iter().enumerate() {
+        assert!(record.starts_with(&format!("| offset: {i} ")), "{record}");
+        assert!(
+            record.ends_with(&format!(" key: k{i} payload: value-{i}")),
+            "{record}"
+        );
+    }
+    let batches: usize = out
+        .lines()
+        .filter(|l| l.starts_with("baseOffset: "))
+        .map(|l| {
+            let count = l.split(" count: ").nth(1).unwrap();
+            count.split(' ').next().unwrap().parse::<usize>().unwrap()
+        })
+        .sum();
+    assert_eq!(batches, 300, "batch counts add up to the records");
+}

@@ -77,6 +77,16 @@ enum Command {
     ConsoleProducer(tools::console::ProducerArgs),
     /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
     ConsoleConsumer(tools::console::ConsumerArgs),
+    /// Prints the batches and records of broker segment files, and `.index`/`.timeindex`
+    /// entries (as kafka-dump-log.sh / DumpLogSegments).
+    DumpLogSegments {
+        /// Segment files (`.log`, `.index`, `.timeindex`), comma-separated as in Kafka.
+        #[arg(long, value_delimiter = ',', required = true)]
+        files: Vec<PathBuf>,
+        /// Print each record's key, value and headers too.
+        #[arg(long = "print-data-log")]
+        print_data_log: bool,
+    },
 }
 
 /// Parses the command line and runs the agent with the component types of `registry`.
@@ -90,7 +100,21 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Topics(args) => tool(tools::topics::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
+        Command::DumpLogSegments {
+            files,
+            print_data_log,
+        } => tool(dump_log_segments(&files, print_data_log)),
     }
+}
+
+fn dump_log_segments(files: &[PathBuf], print_data_log: bool) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for file in files {
+        ferry_broker::dump_segment_file(file, print_data_log, &mut out)?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// Exit status of a tool: 0, or 1 with the error on standard error.
