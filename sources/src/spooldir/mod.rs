@@ -150,6 +150,8 @@ impl SpooldirSource {
                     path: returned.name.clone(),
                     key: returned.key,
                 });
+                // Not resumed after a restart either.
+                state.current = None;
             }
             if !lines.is_empty() || changed.is_some() {
                 let events = to_events(lines, &headers);
@@ -187,6 +189,7 @@ impl SpooldirSource {
             Err(error) => {
                 report(ctx, &name, &format!("it could not be completed: {error}"));
                 state.failed.push(Failed { path: name, key });
+                state.current = None;
                 ctx.send(Vec::new(), Some(state.encode())).await?;
             }
         }
