@@ -23,7 +23,8 @@ pub struct TaildirConfig {
     /// Default none. Flume: `headers.<group>.<key>`.
     #[serde(default)]
     pub headers: BTreeMap<String, BTreeMap<String, String>>,
-    /// Add the path of the file to every event. Default `false`. Flume: `fileHeader`.
+    /// Add the path of the file (as its glob matched it) to every event. Default `false`.
+    /// Flume: `fileHeader`.
     #[serde(default)]
     pub file_header: bool,
     /// Header key of the path. Default `file`. Flume: `fileHeaderKey`.
