@@ -11,10 +11,10 @@
 //! # Positions and delivery
 //!
 //! Each batch goes with a checkpoint naming the file being read (device, inode, fingerprint
-//! of its first bytes) and the byte just after its last line in the batch (see [`checkpoint`]).
-//! A restarted source continues that file from there, so a partly read file is neither read
-//! again (with a durable channel) nor skipped. A file is renamed (or deleted) only after the
-//! put of its last batch returned `Ok`.
+//! of its first bytes) and the byte just after its last line in the batch (format in
+//! `spooldir/checkpoint.rs`). A restarted source continues that file from there, so a partly
+//! read file is neither read again (with a durable channel) nor skipped. A file is renamed (or
+//! deleted) only after the put of its last batch returned `Ok`.
 //!
 //! Through a channel that is not durable (memory), a checkpoint is saved only once the sinks
 //! delivered everything before it, while files are completed as soon as their events are in

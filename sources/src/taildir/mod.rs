@@ -4,9 +4,9 @@
 //!
 //! # Positions and delivery
 //!
-//! Each batch is sent with a checkpoint holding the position of every known file (see
-//! [`checkpoint`] for the format): the byte just after the last line in an event of this batch
-//! or an earlier one. Lines held back (a partial last line, an event still being joined) are
+//! Each batch is sent with a checkpoint holding the position of every known file (format in
+//! `taildir/checkpoint.rs`): the byte just after the last line in an event of this batch or an
+//! earlier one. Lines held back (a partial last line, an event still being joined) are
 //! not covered, so a restart reads them again instead of losing them. With a durable channel
 //! the checkpoint is committed with the events; with a memory channel once they are delivered.
 //! On start, every file found with a saved position resumes from it.
@@ -14,7 +14,7 @@
 //! # Telling files apart
 //!
 //! A file is its device and inode plus a fingerprint of its first bytes (see
-//! [`crate::file_id`]): a saved position is used only for the same inode with the same first
+//! `file_id.rs`): a saved position is used only for the same inode with the same first
 //! bytes, so a new file that reuses a deleted file's inode is read from its start.
 //!
 //! - **Rename rotation** (`app.log` → `app.log.1`, new `app.log`): the renamed file is the same
