@@ -91,19 +91,28 @@ async fn wait_for(channel: &TestChannel, n: usize) -> Vec<String> {
     );
 }
 
-/// Waits (at most 10 s) until this process has `path` open: the source found it.
-async fn wait_until_open(path: &Path) {
+/// Whether this process has `path` open.
+fn is_open(path: &Path) -> bool {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+}
+
+/// Waits (at most 10 s) until this process has `path` open (`true`) or closed (`false`).
+async fn wait_until_open_is(path: &Path, open: bool) {
     for _ in 0..1000 {
-        let open = std::fs::read_dir("/proc/self/fd")
-            .unwrap()
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path));
-        if open {
+        if is_open(path) == open {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("{} was never opened", path.display());
+    panic!("{} never became open={open}", path.display());
+}
+
+/// Waits (at most 10 s) until this process has `path` open: the source found it.
+async fn wait_until_open(path: &Path) {
+    wait_until_open_is(path, true).await;
 }
 
 fn append(path: &Path, text: &[u8]) {
@@ -536,6 +545,20 @@ async fn skip_to_end_skips_only_files_present_at_start() {
     assert_eq!(wait_for(&running.channel, 1).await, ["old 2"]);
     append(&dir.path().join("new.log"), b"new 1\n");
     assert_eq!(wait_for(&running.channel, 2).await, ["old 2", "new 1"]);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn idle_files_are_closed_and_reopened_when_they_grow() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("app.log");
+    append(&log, b"1\n");
+    let running = start(&options(dir.path(), "idle_timeout: 100ms"), None);
+    wait_for(&running.channel, 1).await;
+    wait_until_open_is(&log, false).await;
+    // Read through a new handle.
+    append(&log, b"2\n");
+    assert_eq!(wait_for(&running.channel, 2).await, ["1", "2"]);
     running.stop().await;
 }
 
