@@ -128,6 +128,21 @@ fn topics_tool_creates_describes_lists_grows_and_deletes() {
         ],
         None,
     );
+    agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--alter",
+            "--topic",
+            "first",
+            "--config",
+            "retention.ms=120000",
+            "--config",
+            "segment.bytes=1048576",
+        ],
+        None,
+    );
     let described = stdout(&agent(
         &[
             "topics",
@@ -140,6 +155,8 @@ fn topics_tool_creates_describes_lists_grows_and_deletes() {
         None,
     ));
     assert!(described.contains("PartitionCount: 5"), "{described}");
+    assert!(described.contains("retention.ms=120000"), "{described}");
+    assert!(described.contains("segment.bytes=1048576"), "{described}");
     let deleted = agent(
         &[
             "topics",

@@ -5,6 +5,7 @@
 //! does not handle. Adding an API (JoinGroup, SyncGroup, OffsetCommit, InitProducerId, ...) is a
 //! new module with a [`Handler`] impl and one line in [`ROUTES`].
 
+mod alter_configs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -147,6 +148,7 @@ pub(crate) const ROUTES: &[Route] = &[
     route::<delete_topics::DeleteTopics>(),
     route::<describe_configs::DescribeConfigs>(),
     route::<create_partitions::CreatePartitions>(),
+    route::<alter_configs::AlterConfigs>(),
     route::<incremental_alter_configs::IncrementalAlterConfigs>(),
     route::<describe_cluster::DescribeCluster>(),
 ];

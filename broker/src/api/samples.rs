@@ -115,6 +115,13 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
             ]),
             version,
         ),
+        ApiKey::AlterConfigs => encode(
+            AlterConfigsRequest::default().with_resources(vec![
+                alter_configs_request::AlterConfigsResource::default()
+                    .with_configs(vec![Default::default()]),
+            ]),
+            version,
+        ),
         ApiKey::DescribeCluster => encode(DescribeClusterRequest::default(), version),
         other => panic!("no sample for {other:?}"),
     }

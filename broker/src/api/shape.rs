@@ -194,6 +194,14 @@ pub(crate) const INCREMENTAL_ALTER_CONFIGS: Shape = Shape {
     ],
 };
 
+pub(crate) const ALTER_CONFIGS: Shape = Shape {
+    flexible_from: 2,
+    fields: &[
+        f(Structs(&[f(I8), f(Str), f(Structs(&[f(Str), f(Str)]))])),
+        f(I8),
+    ],
+};
+
 /// Where and why a request does not fit its shape.
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error("malformed request body at byte {at}: {what}")]
