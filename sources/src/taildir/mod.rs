@@ -277,7 +277,8 @@ impl Source for TaildirSource {
         let mut next_scan = Instant::now();
         while !ctx.shutdown().is_triggered() {
             let now = Instant::now();
-            let rescan = now >= next_scan || wakeup.rescan.swap(false, Ordering::AcqRel);
+            let notified = wakeup.rescan.swap(false, Ordering::AcqRel);
+            let rescan = notified || now >= next_scan;
             if rescan {
                 // Watch first, then scan: a file created in between is seen by the scan.
                 watch.retry();
