@@ -78,18 +78,24 @@ impl Fingerprint {
 
 /// Reads up to `len` bytes from the start of `file`, without moving its position.
 fn read_head(file: &File, len: u64) -> io::Result<Vec<u8>> {
-    let mut head = vec![0; usize::try_from(len).unwrap_or(0)];
+    read_range(file, 0, len)
+}
+
+/// Reads up to `len` bytes of `file` from `offset` (fewer at its end), without moving its
+/// position.
+pub(crate) fn read_range(file: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = vec![0; usize::try_from(len).unwrap_or(0)];
     let mut filled = 0;
-    while filled < head.len() {
-        match file.read_at(&mut head[filled..], filled as u64) {
+    while filled < bytes.len() {
+        match file.read_at(&mut bytes[filled..], offset + filled as u64) {
             Ok(0) => break,
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    head.truncate(filled);
-    Ok(head)
+    bytes.truncate(filled);
+    Ok(bytes)
 }
 
 #[cfg(test)]

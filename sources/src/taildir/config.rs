@@ -35,8 +35,8 @@ pub struct TaildirConfig {
     #[serde(default)]
     pub byte_offset_header: bool,
     /// Files that have no saved position when the source starts are read from their end
-    /// instead of their start. Files that appear later (a rotated log's new file) are always
-    /// read from their start. Default `false`. Flume: `skipToEnd` (which also skips the start
+    /// (from the start of a last line still being written) instead of their start. Files that
+    /// appear later (a rotated log's new file) are always read from their start. Default `false`. Flume: `skipToEnd` (which also skips the start
     /// of files appearing later).
     #[serde(default)]
     pub skip_to_end: bool,

@@ -15,7 +15,7 @@ use ferry_core::{Event, Headers};
 
 use super::checkpoint::{FlumePosition, Position};
 use super::reader::{Batch, EventOptions, ReadEnd, TailedFile};
-use crate::file_id::{FileKey, Fingerprint};
+use crate::file_id::{FileKey, Fingerprint, read_range};
 
 /// One file group: a glob and the headers of its events.
 #[derive(Debug, Clone)]
@@ -200,7 +200,7 @@ impl TailedFiles {
                     flume.pos
                 }
                 Some(_) => 0,
-                None if !self.scanned && self.skip_to_end => size,
+                None if !self.scanned && self.skip_to_end => end_of_last_line(&handle, size)?,
                 None => 0,
             },
         };
@@ -426,6 +426,17 @@ fn check_size(source: &str, file: &mut TailedFile) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where `skip_to_end` starts: just after the last `\n` in the last 64 KiB of the file (so a
+/// line being written is read whole), or the end if there is none.
+fn end_of_last_line(file: &File, size: u64) -> io::Result<u64> {
+    let start = size.saturating_sub(64 * 1024);
+    let tail = read_range(file, start, size - start)?;
+    Ok(tail
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(size, |at| start + at as u64 + 1))
 }
 
 /// The path of the file `key` in `dir`, if it is there.

@@ -538,13 +538,16 @@ async fn imports_flume_position_file() {
 async fn skip_to_end_skips_only_files_present_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let old = dir.path().join("old.log");
-    append(&old, b"old 1\n");
+    append(&old, b"old 1\nold 2 being wri");
     let running = start(&options(dir.path(), "skip_to_end: true"), None);
     wait_until_open(&old).await;
-    append(&old, b"old 2\n");
-    assert_eq!(wait_for(&running.channel, 1).await, ["old 2"]);
+    append(&old, b"tten\n");
+    assert_eq!(wait_for(&running.channel, 1).await, ["old 2 being written"]);
     append(&dir.path().join("new.log"), b"new 1\n");
-    assert_eq!(wait_for(&running.channel, 2).await, ["old 2", "new 1"]);
+    assert_eq!(
+        wait_for(&running.channel, 2).await,
+        ["old 2 being written", "new 1"]
+    );
     running.stop().await;
 }
 
