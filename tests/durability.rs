@@ -284,3 +284,117 @@ sinks:
     let duplicates: u32 = seen.iter().map(|c| c.saturating_sub(1)).sum();
     println!("{duplicates} duplicates after 10 SIGKILLs (allowed with a memory channel)");
 }
+
+#[test]
+fn file_channel_holds_far_more_than_memory_and_drains_after_a_restart() {
+    const LINES: usize = 500_000;
+    const LINE: usize = 1000;
+    // The destination refuses everything during the first run: all events pile up on disk.
+    let (http_port, received) = http_server(|_| 503, Duration::ZERO);
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let channel = "\
+channels:
+  durable:
+    type: file
+    capacity: 10000000
+    transaction_capacity: 1000
+    durability: normal
+    minimum_free_space: 0
+";
+    let filling = format!(
+        "\
+agent:
+  data_dir: ./state
+sources:
+  lines:
+    type: netcat
+    channels: [durable]
+    bind: 127.0.0.1
+    port: {port}
+    max_line_length: 2048
+{channel}sinks:
+  remote:
+    type: http
+    channel: durable
+    batch_size: 1000
+    endpoint: http://127.0.0.1:{http_port}/
+"
+    );
+    let mut agent = Agent::start(dir.path(), &filling);
+    wait_until(Duration::from_secs(30), "netcat source listening", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let pad = "y".repeat(LINE - 11);
+    let sender = std::thread::spawn(move || {
+        for chunk in 0..LINES / 10_000 {
+            let mut payload = Vec::with_capacity(10_000 * LINE);
+            for i in chunk * 10_000..(chunk + 1) * 10_000 {
+                writeln!(payload, "{i:010}{pad}").unwrap();
+            }
+            writer.write_all(&payload).unwrap();
+        }
+    });
+    // Every `OK` is a line committed to the channel's database.
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    let mut peak = 0;
+    for acked in 0..LINES {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        assert_eq!(line, "OK\n", "line {acked}");
+        if acked % 10_000 == 0 {
+            peak = peak.max(agent.rss_kib());
+        }
+    }
+    sender.join().unwrap();
+    let stored = std::fs::metadata(dir.path().join("state/state.db"))
+        .unwrap()
+        .len()
+        + std::fs::metadata(dir.path().join("state/state.db-wal")).map_or(0, |m| m.len());
+    agent.signal(Signal::SIGKILL);
+    agent.wait(Duration::from_secs(30));
+    println!(
+        "the channel holds {} MiB; the agent's resident memory peaked at {} MiB",
+        stored >> 20,
+        peak >> 10
+    );
+    assert!(received.bodies.lock().unwrap().is_empty());
+    assert!(
+        peak < 150 * 1024,
+        "resident memory peaked at {peak} KiB while the channel took {} MB",
+        stored >> 20
+    );
+    // After the restart a working sink drains the channel: every line, once, in order.
+    let draining = format!(
+        "\
+agent:
+  data_dir: ./state
+{channel}sinks:
+  files:
+    type: file_roll
+    channel: durable
+    batch_size: 1000
+    directory: ./out
+    roll_size: 64MiB
+"
+    );
+    let mut agent = Agent::start(dir.path(), &draining);
+    let out = dir.path().join("out");
+    wait_until(Duration::from_secs(300), "the channel to drain", || {
+        read_dir_concat(&out).len() >= LINES * LINE
+    });
+    agent.signal(Signal::SIGTERM);
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    let written = read_dir_concat(&out);
+    assert_eq!(written.len(), LINES * LINE);
+    for (i, line) in written.split(|b| *b == b'\n').take(LINES).enumerate() {
+        assert_eq!(&line[..10], format!("{i:010}").as_bytes(), "line {i}");
+    }
+}
