@@ -30,6 +30,24 @@ impl Lcg {
     }
 }
 
+/// Starts the agent on `config` `rounds` times, killing it with SIGKILL at a random moment
+/// after it started each time.
+fn kill_repeatedly(dir: &std::path::Path, config: &str, rng: &mut Lcg, rounds: usize) {
+    for round in 0..rounds {
+        let mut agent = Agent::start(dir, config);
+        wait_until(Duration::from_secs(60), "the agent to start", || {
+            agent.log().contains("pipeline started")
+        });
+        std::thread::sleep(Duration::from_millis(50 + rng.next_below(400)));
+        agent.signal(Signal::SIGKILL);
+        let status = agent.wait(Duration::from_secs(30));
+        assert!(
+            !status.success(),
+            "round {round}: the agent finished before the kill"
+        );
+    }
+}
+
 #[test]
 fn seq_through_file_channel_to_file_roll_is_exactly_once_across_sigkills() {
     const TOTAL: usize = 1_000_000;
@@ -70,24 +88,7 @@ sinks:
 "
     );
     let out = dir.path().join("out");
-    let written = || read_dir_concat(&out).len();
-    for round in 0..10 {
-        let mut agent = Agent::start(dir.path(), &config);
-        // Let it make some progress (or finish starting), then kill it mid-flight.
-        let before = written();
-        wait_until(
-            Duration::from_secs(60),
-            "the agent to start writing",
-            || written() > before || agent.log().contains("pipeline started"),
-        );
-        std::thread::sleep(Duration::from_millis(50 + rng.next_below(400)));
-        agent.signal(Signal::SIGKILL);
-        let status = agent.wait(Duration::from_secs(30));
-        assert!(
-            !status.success(),
-            "round {round}: the agent finished before the kill"
-        );
-    }
+    kill_repeatedly(dir.path(), &config, &mut rng, 10);
     // The last run goes to completion: the source ends, the channel drains, the agent exits.
     let mut agent = Agent::start(dir.path(), &config);
     let status = agent.wait(Duration::from_secs(300));
@@ -250,19 +251,7 @@ sinks:
 "
     );
     let out = dir.path().join("out");
-    for round in 0..10 {
-        let mut agent = Agent::start(dir.path(), &config);
-        wait_until(Duration::from_secs(60), "the agent to start", || {
-            agent.log().contains("pipeline started")
-        });
-        std::thread::sleep(Duration::from_millis(50 + rng.next_below(400)));
-        agent.signal(Signal::SIGKILL);
-        let status = agent.wait(Duration::from_secs(30));
-        assert!(
-            !status.success(),
-            "round {round}: the agent finished before the kill"
-        );
-    }
+    kill_repeatedly(dir.path(), &config, &mut rng, 10);
     let mut agent = Agent::start(dir.path(), &config);
     let status = agent.wait(Duration::from_secs(300));
     assert!(status.success(), "{status:?}\n{}", agent.log());

@@ -166,27 +166,7 @@ fn run(file: &Path, registry: Registry) -> ExitCode {
             return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(async {
-        let stop = Shutdown::new();
-        if let Err(e) = watch_signals(stop.clone()) {
-            eprintln!("cannot install signal handlers: {e}");
-            return ExitCode::FAILURE;
-        }
-        match runtime::run(topology, stop).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                tracing::error!(error = %e, "agent failed");
-                ExitCode::FAILURE
-            }
-        }
-    })
+    until_stopped(|stop| runtime::run(topology, stop))
 }
 
 fn broker(file: Option<&Path>) -> ExitCode {
@@ -200,6 +180,22 @@ fn broker(file: Option<&Path>) -> ExitCode {
             }
         },
     };
+    until_stopped(|stop| async move {
+        let broker = ferry_broker::Broker::start(config).await?;
+        tracing::info!(listen = %broker.local_addr(), "broker started");
+        stop.wait().await;
+        broker.shutdown().await;
+        tracing::info!("broker stopped");
+        Ok(())
+    })
+}
+
+/// Runs `work` on a new runtime with a stop signal fired by the first SIGINT/SIGTERM.
+fn until_stopped<F, Fut>(work: F) -> ExitCode
+where
+    F: FnOnce(Shutdown) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -213,18 +209,13 @@ fn broker(file: Option<&Path>) -> ExitCode {
             eprintln!("cannot install signal handlers: {e}");
             return ExitCode::FAILURE;
         }
-        let broker = match ferry_broker::Broker::start(config).await {
-            Ok(broker) => broker,
+        match work(stop).await {
+            Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                tracing::error!(error = %e, "cannot start the broker");
-                return ExitCode::FAILURE;
+                tracing::error!(error = format!("{e:#}"), "agent failed");
+                ExitCode::FAILURE
             }
-        };
-        tracing::info!(listen = %broker.local_addr(), "broker started");
-        stop.wait().await;
-        broker.shutdown().await;
-        tracing::info!("broker stopped");
-        ExitCode::SUCCESS
+        }
     })
 }
 

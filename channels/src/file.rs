@@ -179,24 +179,7 @@ impl FileChannel {
     }
 
     fn from_config(cfg: &ComponentConfig, options: FileChannelConfig) -> Result<Self, ConfigError> {
-        if options.capacity == 0 || options.capacity > Semaphore::MAX_PERMITS {
-            return Err(cfg.error_at("capacity", "`capacity` must be at least 1"));
-        }
-        if options.transaction_capacity == 0 || options.transaction_capacity > u32::MAX as usize {
-            return Err(cfg.error_at(
-                "transaction_capacity",
-                "`transaction_capacity` must be at least 1",
-            ));
-        }
-        if options.transaction_capacity > options.capacity {
-            return Err(cfg.error_at(
-                "transaction_capacity",
-                format!(
-                    "`transaction_capacity` ({}) is larger than `capacity` ({})",
-                    options.transaction_capacity, options.capacity
-                ),
-            ));
-        }
+        crate::check_capacities(cfg, options.capacity, options.transaction_capacity)?;
         let data_dir = options
             .data_dir
             .clone()

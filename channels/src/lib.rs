@@ -13,3 +13,36 @@ pub fn register(registry: &mut Registry) {
     file::register(registry);
     memory::register(registry);
 }
+
+/// Checks the limits every bounded channel has: both at least 1, a transaction no larger than
+/// the channel, and a capacity the permit counter can hold.
+fn check_capacities(
+    cfg: &ferry_core::ComponentConfig,
+    capacity: usize,
+    transaction_capacity: usize,
+) -> Result<(), ferry_core::ConfigError> {
+    if capacity == 0 || capacity > tokio::sync::Semaphore::MAX_PERMITS {
+        return Err(cfg.error_at(
+            "capacity",
+            format!(
+                "`capacity` must be between 1 and {}",
+                tokio::sync::Semaphore::MAX_PERMITS
+            ),
+        ));
+    }
+    if transaction_capacity == 0 || transaction_capacity > u32::MAX as usize {
+        return Err(cfg.error_at(
+            "transaction_capacity",
+            "`transaction_capacity` must be at least 1",
+        ));
+    }
+    if transaction_capacity > capacity {
+        return Err(cfg.error_at(
+            "transaction_capacity",
+            format!(
+                "`transaction_capacity` ({transaction_capacity}) is larger than `capacity` ({capacity})"
+            ),
+        ));
+    }
+    Ok(())
+}

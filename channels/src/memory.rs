@@ -106,27 +106,7 @@ impl MemoryChannel {
         cfg: &ComponentConfig,
         options: MemoryChannelConfig,
     ) -> Result<Self, ferry_core::ConfigError> {
-        if options.capacity == 0 {
-            return Err(cfg.error_at("capacity", "`capacity` must be at least 1"));
-        }
-        if options.transaction_capacity == 0 {
-            return Err(cfg.error_at(
-                "transaction_capacity",
-                "`transaction_capacity` must be at least 1",
-            ));
-        }
-        if options.transaction_capacity > options.capacity {
-            return Err(cfg.error_at(
-                "transaction_capacity",
-                format!(
-                    "`transaction_capacity` ({}) is larger than `capacity` ({})",
-                    options.transaction_capacity, options.capacity
-                ),
-            ));
-        }
-        if options.capacity > Semaphore::MAX_PERMITS {
-            return Err(cfg.error_at("capacity", "`capacity` is too large"));
-        }
+        crate::check_capacities(cfg, options.capacity, options.transaction_capacity)?;
         Ok(Self::new(cfg.name(), &options))
     }
 
