@@ -433,3 +433,73 @@ fn dump_log_segments_prints_the_records_produced() {
         .sum();
     assert_eq!(batches, 300, "batch counts add up to the records");
 }
+
+#[test]
+fn taildir_to_kafka_pipeline_lands_every_line_in_the_bundled_broker() {
+    const LINES: usize = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let bootstrap = format!("127.0.0.1:{port}");
+    let config = harness::pipeline(
+        "taildir-to-kafka.yaml",
+        &[
+            ("127.0.0.1:9092", &bootstrap),
+            ("./var/taildir-to-kafka", "./state"),
+            ("./var/broker", "./broker"),
+        ],
+    );
+    std::fs::create_dir(dir.path().join("logs")).unwrap();
+    let mut log = std::fs::File::create(dir.path().join("logs/app.log")).unwrap();
+    for i in 0..LINES / 2 {
+        writeln!(log, "line {i}").unwrap();
+    }
+    let mut pipeline = Agent::start(dir.path(), &config);
+    for i in LINES / 2..LINES {
+        writeln!(log, "line {i}").unwrap();
+    }
+    wait_until(Duration::from_secs(60), "the topic to exist", || {
+        std::net::TcpStream::connect(&bootstrap).is_ok()
+            && stdout(&agent_unchecked(&[
+                "topics",
+                "--bootstrap-server",
+                &bootstrap,
+                "--list",
+            ]))
+            .contains("app-logs")
+    });
+    let out = agent(
+        &[
+            "console-consumer",
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            "app-logs",
+            "--from-beginning",
+            "--max-messages",
+            &LINES.to_string(),
+            "--property",
+            "print.key=false",
+        ],
+        None,
+    );
+    let mut got: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
+    got.sort();
+    let mut want: Vec<String> = (0..LINES).map(|i| format!("line {i}")).collect();
+    want.sort();
+    assert_eq!(got, want);
+    pipeline.signal(Signal::SIGTERM);
+    assert!(
+        pipeline.wait(Duration::from_secs(60)).success(),
+        "{}",
+        pipeline.log()
+    );
+}
+
+/// Runs the agent with `args`, whatever its exit status.
+fn agent_unchecked(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}

@@ -6,6 +6,7 @@
 //! | `null`      | [`null`]        | `NullSink`         |
 //! | `file_roll` | [`file_roll`]   | `RollingFileSink`  |
 //! | `http`      | [`http`]        | `HttpSink`         |
+//! | `kafka`     | [`kafka`]       | `KafkaSink`        |
 //!
 //! A sink's `deliver` returns `Ok` only once the batch is safe at the destination; on `Err`
 //! the runner rolls the take back and delivers the same batch again after a backoff.
@@ -14,6 +15,7 @@ use ferry_core::Registry;
 
 pub mod file_roll;
 pub mod http;
+pub mod kafka;
 pub mod logger;
 pub mod null;
 
@@ -27,7 +29,8 @@ pub fn register(registry: &mut Registry) {
         .register_sink("file_roll", |cfg| {
             Ok(Box::new(file_roll::FileRollSink::build(cfg)?))
         })
-        .register_sink("http", |cfg| Ok(Box::new(http::HttpSink::build(cfg)?)));
+        .register_sink("http", |cfg| Ok(Box::new(http::HttpSink::build(cfg)?)))
+        .register_sink("kafka", |cfg| Ok(Box::new(kafka::KafkaSink::build(cfg)?)));
 }
 
 /// Appends headers the way Java prints a map, as Flume's output does: `{a=1, b=2}`.
