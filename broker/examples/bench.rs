@@ -4,11 +4,19 @@
 //! cargo run --release -p ferry-broker --example bench -- [RECORDS] [RECORD_BYTES]
 //! ```
 //!
-//! Defaults: 1,000,000 records of 100 bytes, one partition, acks=1, no compression.
+//! Defaults: 1,000,000 records of 100 bytes, one partition, acks=1, no compression. Then, for
+//! the broker's side of a consume alone, whole 10 MB Fetch responses read off a plain socket
+//! without looking at the records (librdkafka's per-message work dominates the consume).
 
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
+use bytes::{BufMut, BytesMut};
+
 use ferry_broker::{Broker, BrokerConfig};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{ApiKey, FetchRequest, RequestHeader, TopicName};
+use kafka_protocol::protocol::{Encodable, StrBytes};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -16,8 +24,10 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
+type BenchError = Box<dyn std::error::Error + Send + Sync>;
+
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), BenchError> {
     if std::env::var("BENCH_DEBUG").is_ok() {
         tracing_subscriber::fmt().with_env_filter("debug").init();
     }
@@ -37,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let broker = Broker::start(config).await?;
     let bootstrap = broker.local_addr().to_string();
 
-    let report = tokio::task::spawn_blocking(move || -> Result<String, KafkaError> {
+    let report = tokio::task::spawn_blocking(move || -> Result<String, BenchError> {
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &bootstrap)
             .set("acks", "1")
@@ -54,7 +64,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                         producer.poll(Duration::from_millis(1));
                     }
-                    Err((e, _)) => return Err(e),
+                    Err((e, _)) => return Err(e.into()),
                 }
             }
         }
@@ -89,6 +99,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         let consume = started.elapsed();
+        drop((consumer, producer));
+
+        let fetches = 300;
+        let mut stream = std::net::TcpStream::connect(&bootstrap)?;
+        let mut response = Vec::new();
+        let started = Instant::now();
+        let cpu_before = (cpu_seconds("self"), cpu_seconds("thread-self"));
+        let mut fetched = 0usize;
+        for correlation_id in 0..fetches {
+            stream.write_all(&fetch_request(correlation_id)?)?;
+            let mut size = [0u8; 4];
+            stream.read_exact(&mut size)?;
+            response.resize(i32::from_be_bytes(size) as usize, 0);
+            stream.read_exact(&mut response)?;
+            fetched += 4 + response.len();
+        }
+        let raw_fetch = started.elapsed();
+        // The broker's CPU: the process's but this (reading) thread's.
+        let broker_cpu = match (cpu_before, cpu_seconds("self"), cpu_seconds("thread-self")) {
+            ((Some(process0), Some(thread0)), Some(process1), Some(thread1)) => format!(
+                "; broker CPU {:.0} ms per GB",
+                ((process1 - process0) - (thread1 - thread0)) * 1e3 / (fetched as f64 / 1e9)
+            ),
+            _ => String::new(),
+        };
         let mb = (records * size) as f64 / 1e6;
         let line = |what: &str, took: Duration| {
             format!(
@@ -98,8 +133,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 mb / took.as_secs_f64()
             )
         };
+        let fetch = format!(
+            "fetch (raw socket, no record parsing): {fetches} responses, {:.0} MB in {:.2}s = \
+             {:.0} MB/s{broker_cpu}",
+            fetched as f64 / 1e6,
+            raw_fetch.as_secs_f64(),
+            fetched as f64 / 1e6 / raw_fetch.as_secs_f64()
+        );
         Ok(format!(
-            "{}\n{}",
+            "{}\n{}\n{fetch}",
             line("produce (acks=1)", produce),
             line("consume", consume)
         ))
@@ -108,4 +150,42 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{report}");
     broker.shutdown().await;
     Ok(())
+}
+
+/// A Fetch v4 frame for 10 MB of partition 0 of `bench` from its first offset.
+fn fetch_request(correlation_id: i32) -> Result<BytesMut, BenchError> {
+    let version = 4;
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Fetch as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("bench")));
+    let request = FetchRequest::default()
+        .with_max_bytes(64 << 20)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("bench")))
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(0)
+                        .with_fetch_offset(0)
+                        .with_partition_max_bytes(10 << 20),
+                ]),
+        ]);
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    header.encode(&mut buf, ApiKey::Fetch.request_header_version(version))?;
+    request.encode(&mut buf, version)?;
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf)
+}
+
+/// User and system CPU seconds of `/proc/<which>` ("self", "thread-self"), where Linux has it.
+/// (/proc counts in USER_HZ, 100 on every Linux architecture tokio runs on.)
+fn cpu_seconds(which: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{which}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }

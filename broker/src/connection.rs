@@ -11,23 +11,37 @@
 //! already waiting. The size is checked against `socket.request.max.bytes` before anything is
 //! allocated. Anything the broker cannot make sense of (a bad size, an unknown API or version,
 //! a body that does not decode) closes this connection only, with a log line.
+//!
+//! A Fetch response frame comes with the record batches still in the segment files (see
+//! [`Frame`]). On Linux a range is sent with `sendfile(2)`, from the page cache to the socket
+//! without passing through the broker's memory; elsewhere, or where the file system does not
+//! support it, and for ranges too small to be worth the extra system calls, it is read and
+//! written like any other bytes. The encoded bytes before a range are flushed first, so the
+//! frame goes out in order. The ranges are read while the frame is being sent, after its size
+//! went out: a disk error then can only close the connection (Kafka's `transferTo` is the
+//! same), where a read before encoding could answer KAFKA_STORAGE_ERROR for the partition.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedWriteHalf;
 
-use crate::api::{self, ApiError, Context};
+use crate::api::{self, ApiError, Context, Frame};
+use crate::log::{FileSlice, StorageError};
 
 /// Smallest request: api key, version, correlation id.
 const MIN_REQUEST: usize = 8;
 const BUFFER: usize = 64 * 1024;
 /// How much more room a frame being read gets at a time.
 const GROWTH: usize = 1 << 20;
+/// File ranges smaller than this are copied through the write buffer: below it, the extra
+/// system calls of sending them separately cost more than the copy saves.
+const SENDFILE_MIN: usize = 64 * 1024;
 
 /// Per-connection limits from the broker config.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +59,8 @@ pub(crate) enum ConnectionError {
     Idle(std::time::Duration),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
     #[error("request of {size} bytes refused: socket.request.max.bytes is {max}")]
     TooLarge { size: i64, max: usize },
     #[error("request of {0} bytes is too short to hold a header")]
@@ -76,7 +92,7 @@ pub(crate) async fn serve(ctx: Arc<Context>, stream: TcpStream, peer: SocketAddr
             };
             let Some(frame) = frame else { return Ok(()) };
             if let Some(response) = handle(&ctx, frame).await? {
-                writer.write_all(&response).await?;
+                write_frame(&mut writer, &response).await?;
             }
             if !whole_frame_buffered(reader.buffer()) {
                 writer.flush().await?;
@@ -139,7 +155,7 @@ async fn read_frame<R: AsyncReadExt + Unpin>(
 }
 
 /// Serves one request frame; returns the response frame unless the API sends none.
-async fn handle(ctx: &Arc<Context>, frame: BytesMut) -> Result<Option<Bytes>, ConnectionError> {
+async fn handle(ctx: &Arc<Context>, frame: BytesMut) -> Result<Option<Frame>, ConnectionError> {
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
@@ -149,7 +165,9 @@ async fn handle(ctx: &Arc<Context>, frame: BytesMut) -> Result<Option<Bytes>, Co
     if version < route.versions.min || version > route.versions.max {
         if route.key == ApiKey::ApiVersions {
             // The client sent its newest version; tell it which ones we have.
-            return Ok(Some(api::unsupported_version_response(correlation_id)?));
+            return Ok(Some(
+                api::unsupported_version_response(correlation_id)?.into(),
+            ));
         }
         return Err(ConnectionError::UnsupportedVersion {
             api: route.key,
@@ -164,4 +182,194 @@ async fn handle(ctx: &Arc<Context>, frame: BytesMut) -> Result<Option<Bytes>, Co
             reason: e.to_string(),
         })?;
     Ok(route.call(ctx, header, buf).await?)
+}
+
+/// Writes a response frame, its file ranges at their places. Once part of a frame is out, an
+/// error leaves the client with a frame it cannot finish, so the connection is closed.
+async fn write_frame(
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    frame: &Frame,
+) -> Result<(), ConnectionError> {
+    let mut written = 0;
+    for (at, slice) in &frame.files {
+        writer.write_all(&frame.bytes[written..*at]).await?;
+        written = *at;
+        if slice.len() < SENDFILE_MIN {
+            copy_through_buffer(writer, slice, 0).await?;
+        } else {
+            writer.flush().await?;
+            send_file(writer, slice).await?;
+        }
+    }
+    writer.write_all(&frame.bytes[written..]).await?;
+    Ok(())
+}
+
+/// Reads `slice` from `skip` bytes into it on, and writes it through the buffer.
+async fn copy_through_buffer(
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    slice: &FileSlice,
+    skip: usize,
+) -> Result<(), ConnectionError> {
+    let mut chunk = vec![0u8; (slice.len() - skip).min(BUFFER)];
+    let mut done = skip;
+    while done < slice.len() {
+        let n = chunk.len().min(slice.len() - done);
+        slice.read_at(done, &mut chunk[..n])?;
+        writer.write_all(&chunk[..n]).await?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// Sends `slice` from its file to the socket with `sendfile(2)`, the write buffer being empty.
+///
+/// The socket is non-blocking (tokio's), so `sendfile` sends what fits in the socket buffer
+/// and fails with `EAGAIN` when none does: that is waited out with `writable()`, and
+/// `try_io` clears the readiness so the wait is real. The kernel advances `offset` by what
+/// it sent. A file system that cannot `sendfile` makes it fail with `EINVAL` or `ENOSYS`
+/// before anything is sent; the rest is then copied. As the reads it replaces did, it runs on
+/// the async thread: a range no longer in the page cache holds that thread while it is read
+/// from disk.
+#[cfg(target_os = "linux")]
+async fn send_file(
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    slice: &FileSlice,
+) -> Result<(), ConnectionError> {
+    use nix::errno::Errno;
+    use tokio::io::Interest;
+
+    let (file, start) = slice.file_range();
+    let start = i64::try_from(start).map_err(std::io::Error::other)?;
+    let end = start + slice.len() as i64;
+    let mut offset = start;
+    while offset < end {
+        let stream: &TcpStream = writer.get_ref().as_ref();
+        stream.writable().await?;
+        let count = (end - offset) as usize;
+        let sent = stream.try_io(Interest::WRITABLE, || {
+            nix::sys::sendfile::sendfile64(stream, file, Some(&mut offset), count)
+                .map_err(std::io::Error::from)
+        });
+        match sent {
+            Ok(0) => {
+                // The range was whole batches when the fetch located it and segments only
+                // grow while the broker runs: a shorter file is not ours to explain away.
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "segment file ended inside a fetched range",
+                )
+                .into());
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error().map(Errno::from_raw),
+                    Some(Errno::EINVAL | Errno::ENOSYS)
+                ) =>
+            {
+                return copy_through_buffer(writer, slice, (offset - start) as usize).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Without `sendfile`, the range is copied.
+#[cfg(not(target_os = "linux"))]
+async fn send_file(
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    slice: &FileSlice,
+) -> Result<(), ConnectionError> {
+    copy_through_buffer(writer, slice, 0).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use bytes::Bytes;
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::config::BrokerConfig;
+    use crate::log::{PartitionLog, Read, batch, now_ms};
+    use crate::topic_config::LogConfig;
+
+    fn append(log: &mut PartitionLog, batches: usize) {
+        let mut bytes: Vec<u8> = (0..batches)
+            .flat_map(|_| batch::tests::make_batch(0, 60, 1000))
+            .collect();
+        let mut headers = batch::validate_all(&bytes).unwrap();
+        log.append(&mut bytes, &mut headers).unwrap();
+    }
+
+    fn slice(log: &PartitionLog, offset: i64, max_bytes: usize) -> FileSlice {
+        match log.read(offset, max_bytes, true).unwrap() {
+            Some(Read::Slice(slice)) => slice,
+            _ => panic!("nothing at offset {offset}"),
+        }
+    }
+
+    /// A range larger than the socket buffers goes out through `sendfile` (waiting while the
+    /// peer does not read), a small one through the buffer, each at its place in the frame,
+    /// and both are sent whole although retention deleted their segment after the fetch
+    /// located them.
+    #[tokio::test]
+    async fn frame_with_file_ranges_goes_out_whole_after_its_segment_is_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = BrokerConfig {
+            log_segment_bytes: 1 << 20,
+            ..Default::default()
+        };
+        let config = LogConfig::resolve(&broker, &BTreeMap::new()).unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config, true).unwrap();
+        // One append goes to one segment whatever its size: ~8 MB, then a second segment.
+        append(&mut log, 15_000);
+        append(&mut log, 1);
+        assert_eq!(log.segment_count(), 2);
+        let big = slice(&log, 0, 64 << 20);
+        let small = slice(&log, 120, 10_000);
+        assert!(big.len() > 8_000_000 && small.len() < SENDFILE_MIN);
+        let expected_big = big.read().unwrap();
+        let expected_small = small.read().unwrap();
+        // The batches from 1970 are past retention.ms.
+        assert_eq!(log.enforce_retention(now_ms()).unwrap(), 1);
+        assert!(!dir.path().join("00000000000000000000.log").exists());
+
+        let frame = Frame {
+            bytes: Bytes::from_static(b"head-mid-tail"),
+            files: vec![(5, small), (9, big)],
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let (_read, write) = client.into_split();
+        let mut writer = BufWriter::with_capacity(BUFFER, write);
+        let send = async move {
+            write_frame(&mut writer, &frame).await.unwrap();
+            writer.shutdown().await.unwrap();
+        };
+        let receive = async move {
+            // Let the socket buffers fill up first.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let mut received = Vec::new();
+            server.read_to_end(&mut received).await.unwrap();
+            received
+        };
+        let ((), received) = tokio::join!(send, receive);
+
+        let mut expected = b"head-".to_vec();
+        expected.extend_from_slice(&expected_small);
+        expected.extend_from_slice(b"mid-");
+        expected.extend_from_slice(&expected_big);
+        expected.extend_from_slice(b"tail");
+        assert_eq!(received.len(), expected.len());
+        assert!(received == expected);
+    }
 }

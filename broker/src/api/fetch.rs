@@ -5,10 +5,27 @@
 //! `partition_max_bytes` and the request's `max_bytes`, except that the first batch of the
 //! response is always returned whole so a consumer makes progress past a large batch (KIP-74).
 //! Fetch sessions (KIP-227) are not kept: session id 0 tells clients to send full requests.
+//!
+//! The records are not copied into the response: each partition's `records` is encoded with a
+//! placeholder, which [`FetchReply::into_frame`] then cuts out of the encoded frame, putting
+//! the real length prefix in its place and the segment file range after it, for the connection
+//! to send straight from the file (see `connection`). Nothing else in the frame depends on the
+//! records' length but their own prefix and the frame size, which is corrected too: Kafka's
+//! arrays count elements, not bytes, and `records` is not inside a tagged field.
+//!
+//! ```text
+//! encoded:  | size | header | ... | len(P) | P | tags | ... | len(P) | P | tags | ... |
+//! sent:     | size'| header | ... | len(R1)| <file range R1> | tags | ... | len(R2)| <R2> | ... |
+//! ```
+//!
+//! The placeholder is 16 random bytes drawn once per process and never sent, so the metadata
+//! around it (topic names and ids, partition numbers, offsets) cannot contain it by accident,
+//! and a client cannot forge it. It is found in order, and its length prefix is checked.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::fetch_request::FetchTopic;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
@@ -16,23 +33,38 @@ use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, RequestHeade
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 use tokio::time::Instant;
 
-use super::{Context, Handler};
-use crate::log::Read;
+use super::{ApiError, Context, Frame, Handler, IntoFrame, encode_error, encode_response};
+use crate::log::{FileSlice, Read};
 
 pub(super) struct Fetch;
 
 /// Versions from 13 on name topics by id.
 const TOPIC_IDS_FROM: i16 = 13;
+/// Versions from 12 on are flexible: compact (varint) lengths.
+const FLEXIBLE_FROM: i16 = 12;
+
+/// Stands in for a partition's records in the encoded response (see the module docs).
+static PLACEHOLDER: LazyLock<Bytes> =
+    LazyLock::new(|| Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()));
+
+/// A Fetch response whose records are still in the segment files.
+pub(super) struct FetchReply {
+    response: FetchResponse,
+    /// The ranges of the partitions whose `records` hold the placeholder, in response order.
+    records: Vec<FileSlice>,
+}
 
 fn collect(
     ctx: &Context,
     version: i16,
     topics: &[FetchTopic],
     max_bytes: usize,
+    records: &mut Vec<FileSlice>,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut remaining = max_bytes;
     let mut total = 0usize;
     let mut any_error = false;
+    records.clear();
     let mut out = Vec::with_capacity(topics.len());
     for wanted in topics {
         let topic = if version >= TOPIC_IDS_FROM {
@@ -70,12 +102,14 @@ fn collect(
                     .with_high_watermark(end)
                     .with_last_stable_offset(end)
                     .with_log_start_offset(start);
-                match read.and_then(|r| r.map(|r| r.bytes()).transpose()) {
-                    Ok(Some(records)) => {
-                        total += records.len();
-                        remaining = remaining.saturating_sub(records.len());
-                        data.with_records(Some(records))
+                match read {
+                    Ok(Some(Read::Slice(slice))) if slice.len() > 0 => {
+                        total += slice.len();
+                        remaining = remaining.saturating_sub(slice.len());
+                        records.push(slice);
+                        data.with_records(Some(PLACEHOLDER.clone()))
                     }
+                    Ok(Some(_)) => data.with_records(Some(Bytes::new())),
                     Ok(None) => {
                         any_error = true;
                         data.with_error_code(ResponseError::OffsetOutOfRange.code())
@@ -107,36 +141,224 @@ impl Handler for Fetch {
     const VERSIONS: VersionRange = VersionRange { min: 4, max: 16 };
     const SHAPE: &'static super::shape::Shape = &super::shape::FETCH;
     type Request = FetchRequest;
-    type Response = FetchResponse;
+    type Response = FetchReply;
 
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,
         request: FetchRequest,
-    ) -> Option<FetchResponse> {
+    ) -> Option<FetchReply> {
         let version = header.request_api_version;
         let max_bytes = usize::try_from(request.max_bytes).unwrap_or(0);
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
         let deadline =
             Instant::now() + Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
+        let mut records = Vec::new();
         loop {
             // Register for the wake-up before looking, so an append in between is not missed.
             let appended = ctx.appended.notified();
             tokio::pin!(appended);
             appended.as_mut().enable();
-            let (responses, total, any_error) = collect(ctx, version, &request.topics, max_bytes);
+            let (responses, total, any_error) =
+                collect(ctx, version, &request.topics, max_bytes, &mut records);
             if total >= min_bytes
                 || any_error
                 || Instant::now() >= deadline
                 || ctx.shutdown.is_cancelled()
             {
-                return Some(FetchResponse::default().with_responses(responses));
+                return Some(FetchReply {
+                    response: FetchResponse::default().with_responses(responses),
+                    records,
+                });
             }
             tokio::select! {
                 _ = &mut appended => {}
                 _ = tokio::time::sleep_until(deadline) => {}
                 _ = ctx.shutdown.cancelled() => {}
             }
+        }
+    }
+}
+
+impl IntoFrame for FetchReply {
+    fn into_frame(self, api: ApiKey, version: i16, correlation_id: i32) -> Result<Frame, ApiError> {
+        let encoded = encode_response(api, version, correlation_id, &self.response)?;
+        if self.records.is_empty() {
+            return Ok(Frame::from(encoded));
+        }
+        let error = |reason: &str| encode_error(api, version)(reason);
+        let placeholder: &[u8] = &PLACEHOLDER;
+        let mut placeholder_prefix = Vec::with_capacity(5);
+        put_length_prefix(&mut placeholder_prefix, placeholder.len(), version);
+        let mut bytes = BytesMut::with_capacity(encoded.len() + 4 * self.records.len());
+        let mut files = Vec::with_capacity(self.records.len());
+        let mut cursor = 0;
+        for slice in self.records {
+            let at = encoded[cursor..]
+                .windows(placeholder.len())
+                .position(|w| w == placeholder)
+                .map(|i| cursor + i)
+                .ok_or_else(|| error("a records placeholder is missing"))?;
+            let prefix_at = at
+                .checked_sub(placeholder_prefix.len())
+                .filter(|p| *p >= cursor && encoded[*p..at] == placeholder_prefix[..])
+                .ok_or_else(|| error("a records placeholder has an unexpected length prefix"))?;
+            bytes.put_slice(&encoded[cursor..prefix_at]);
+            put_length_prefix(&mut bytes, slice.len(), version);
+            files.push((bytes.len(), slice));
+            cursor = at + placeholder.len();
+        }
+        bytes.put_slice(&encoded[cursor..]);
+        let size = files.iter().map(|(_, slice)| slice.len()).sum::<usize>() + bytes.len() - 4;
+        let size = i32::try_from(size).map_err(|_| error("response larger than 2 GiB"))?;
+        bytes[..4].copy_from_slice(&size.to_be_bytes());
+        Ok(Frame {
+            bytes: bytes.freeze(),
+            files,
+        })
+    }
+}
+
+/// Writes the length prefix of non-null `records` of `len` bytes: INT32 before the flexible
+/// versions, the length plus one as an unsigned varint from them on. (A length past
+/// `i32::MAX` makes a frame that is refused whole, so its prefix does not matter.)
+fn put_length_prefix(buf: &mut impl BufMut, len: usize, version: i16) {
+    if version < FLEXIBLE_FROM {
+        buf.put_i32(len as i32);
+        return;
+    }
+    let mut value = len as u64 + 1;
+    while value >= 0x80 {
+        buf.put_u8(value as u8 | 0x80);
+        value >>= 7;
+    }
+    buf.put_u8(value as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::fetch_request::FetchPartition;
+    use kafka_protocol::messages::{ResponseHeader, TopicName};
+    use kafka_protocol::protocol::Decodable;
+
+    use super::*;
+    use crate::log::batch;
+
+    fn append(ctx: &Context, partition: i32, batches: usize) {
+        let topic = ctx.topics.get("x").unwrap();
+        let mut bytes: Vec<u8> = (0..batches)
+            .flat_map(|_| batch::tests::make_batch(0, 3, 1000))
+            .collect();
+        let mut headers = batch::validate_all(&bytes).unwrap();
+        let mut log = topic.partition(partition).unwrap().log();
+        log.append(&mut bytes, &mut headers).unwrap();
+    }
+
+    fn wanted(partition: i32, fetch_offset: i64, max_bytes: i32) -> FetchPartition {
+        FetchPartition::default()
+            .with_partition(partition)
+            .with_fetch_offset(fetch_offset)
+            .with_partition_max_bytes(max_bytes)
+    }
+
+    /// The frame as the connection sends it: the file ranges read into their places.
+    fn wire_bytes(frame: &Frame) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut written = 0;
+        for (at, slice) in &frame.files {
+            out.extend_from_slice(&frame.bytes[written..*at]);
+            out.extend_from_slice(&slice.read().unwrap());
+            written = *at;
+        }
+        out.extend_from_slice(&frame.bytes[written..]);
+        out
+    }
+
+    /// The records sent from the files get exactly the length prefixes and frame size a
+    /// response encoded with the records in it would have, in every version: the frame decodes
+    /// to the same response.
+    #[tokio::test]
+    async fn responses_with_records_from_files_decode_in_every_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = super::super::tests::context(dir.path());
+        ctx.topics
+            .create("x", 3, 1, BTreeMap::new(), false)
+            .unwrap();
+        let batch_size = batch::tests::make_batch(0, 3, 1000).len();
+        // Large enough for multi-byte varint length prefixes.
+        append(&ctx, 0, 400);
+        append(&ctx, 2, 5);
+        let id = ctx.topics.get("x").unwrap().id;
+        for version in Fetch::VERSIONS.min..=Fetch::VERSIONS.max {
+            let topics = vec![
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("x")))
+                    .with_topic_id(id)
+                    .with_partitions(vec![
+                        wanted(0, 4, 1 << 20),
+                        // Empty: nothing stored.
+                        wanted(1, 0, 1 << 20),
+                        // Two and a half batches' worth: two whole batches.
+                        wanted(2, 3, (batch_size * 5 / 2) as i32),
+                        wanted(7, 0, 1 << 20),
+                    ]),
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("nope")))
+                    .with_topic_id(uuid::Uuid::new_v4())
+                    .with_partitions(vec![wanted(0, 0, 1 << 20)]),
+            ];
+            let request = FetchRequest::default()
+                .with_max_bytes(1 << 24)
+                .with_topics(topics);
+            let header = RequestHeader::default()
+                .with_request_api_key(ApiKey::Fetch as i16)
+                .with_request_api_version(version);
+            let reply = Fetch::handle(&ctx, &header, request).await.unwrap();
+            assert_eq!(reply.records.len(), 2, "v{version}");
+            let frame = reply.into_frame(ApiKey::Fetch, version, 9).unwrap();
+            assert_eq!(frame.files.len(), 2);
+            let wire = wire_bytes(&frame);
+            assert_eq!(
+                i32::from_be_bytes(wire[..4].try_into().unwrap()) as usize,
+                wire.len() - 4,
+                "v{version}"
+            );
+            let mut buf = Bytes::from(wire).split_off(4);
+            let header_version = ApiKey::Fetch.response_header_version(version);
+            let header = ResponseHeader::decode(&mut buf, header_version).unwrap();
+            assert_eq!(header.correlation_id, 9);
+            let response = FetchResponse::decode(&mut buf, version).unwrap();
+            assert!(buf.is_empty(), "v{version}: {} bytes left over", buf.len());
+
+            let partitions = &response.responses[0].partitions;
+            let records = |i: usize| partitions[i].records.clone().unwrap();
+            let topic = ctx.topics.get("x").unwrap();
+            let log = topic.partitions[0].log();
+            let expected = log
+                .read(4, 1 << 20, true)
+                .unwrap()
+                .unwrap()
+                .bytes()
+                .unwrap();
+            drop(log);
+            assert_eq!(records(0), expected, "v{version}");
+            assert_eq!(records(0).len(), 399 * batch_size);
+            assert_eq!(batch::validate(&records(0)).unwrap().base_offset, 3);
+            assert_eq!(records(1).len(), 0);
+            let two = records(2);
+            let headers = batch::validate_all(&two).unwrap();
+            assert_eq!(headers.len(), 2, "v{version}");
+            assert_eq!(headers[0].1.base_offset, 3);
+            assert_eq!(partitions[2].high_watermark, 15);
+            let missing = if version >= TOPIC_IDS_FROM {
+                ResponseError::UnknownTopicId
+            } else {
+                ResponseError::UnknownTopicOrPartition
+            };
+            assert_eq!(partitions[3].error_code, missing.code());
+            assert_ne!(response.responses[1].partitions[0].error_code, 0);
         }
     }
 }

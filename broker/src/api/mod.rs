@@ -32,6 +32,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes, VersionRange};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::log::FileSlice;
 use crate::topics::Topics;
 
 pub(crate) use api_versions::unsupported_version_response;
@@ -87,7 +88,7 @@ pub(crate) trait Handler {
     /// The request's wire shape, checked before decoding (see [`shape`]).
     const SHAPE: &'static shape::Shape;
     type Request: Decodable + Send;
-    type Response: Encodable + Send;
+    type Response: IntoFrame + Send;
     /// Serves a request; `None` sends no response (Produce with acks=0).
     fn handle(
         ctx: &Arc<Context>,
@@ -96,7 +97,37 @@ pub(crate) trait Handler {
     ) -> impl Future<Output = Option<Self::Response>> + Send;
 }
 
-type Reply<'a> = Pin<Box<dyn Future<Output = Result<Option<Bytes>, ApiError>> + Send + 'a>>;
+/// An encoded response frame. The records of a Fetch response are not in `bytes`: they are
+/// sent straight from the segment files, each range at its place in the frame.
+pub(crate) struct Frame {
+    /// Size, header and body, except the file ranges; the size counts them.
+    pub(crate) bytes: Bytes,
+    /// Each file range with the position in `bytes` it goes before, in order.
+    pub(crate) files: Vec<(usize, FileSlice)>,
+}
+
+impl From<Bytes> for Frame {
+    fn from(bytes: Bytes) -> Self {
+        Frame {
+            bytes,
+            files: Vec::new(),
+        }
+    }
+}
+
+/// A handler's response, made into a frame.
+pub(crate) trait IntoFrame {
+    /// The whole response frame: size, header (in the version the API mandates), body.
+    fn into_frame(self, api: ApiKey, version: i16, correlation_id: i32) -> Result<Frame, ApiError>;
+}
+
+impl<R: Encodable> IntoFrame for R {
+    fn into_frame(self, api: ApiKey, version: i16, correlation_id: i32) -> Result<Frame, ApiError> {
+        encode_response(api, version, correlation_id, &self).map(Frame::from)
+    }
+}
+
+type Reply<'a> = Pin<Box<dyn Future<Output = Result<Option<Frame>, ApiError>> + Send + 'a>>;
 
 /// A routing table entry.
 pub(crate) struct Route {
@@ -181,7 +212,9 @@ fn serve<'a, H: Handler + 'static>(
         let Some(response) = H::handle(ctx, &header, request).await else {
             return Ok(None);
         };
-        encode_response(H::KEY, version, correlation_id, &response).map(Some)
+        response
+            .into_frame(H::KEY, version, correlation_id)
+            .map(Some)
     })
 }
 
@@ -211,7 +244,10 @@ pub(crate) fn encode_response<R: Encodable>(
     Ok(buf.freeze())
 }
 
-fn encode_error<E: std::fmt::Display>(api: ApiKey, version: i16) -> impl Fn(E) -> ApiError {
+pub(crate) fn encode_error<E: std::fmt::Display>(
+    api: ApiKey,
+    version: i16,
+) -> impl Fn(E) -> ApiError {
     move |e| ApiError::Encode {
         api,
         version,
@@ -226,7 +262,7 @@ mod tests {
     use crate::config::BrokerConfig;
     use std::collections::BTreeMap;
 
-    fn context(dir: &std::path::Path) -> Arc<Context> {
+    pub(super) fn context(dir: &std::path::Path) -> Arc<Context> {
         let config = BrokerConfig {
             data_dir: dir.to_path_buf(),
             ..Default::default()
@@ -267,7 +303,7 @@ mod tests {
                     let frame =
                         frame.unwrap_or_else(|| panic!("{:?} v{version}: no response", route.key));
                     assert_eq!(
-                        &frame[4..8],
+                        &frame.bytes[4..8],
                         &5i32.to_be_bytes(),
                         "{:?} v{version}",
                         route.key

@@ -42,11 +42,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-
 use crate::topic_config::LogConfig;
 use batch::{BatchError, BatchHeader};
-use segment::{FileSlice, Segment};
+pub(crate) use segment::FileSlice;
+use segment::Segment;
 
 /// A storage failure, with the file it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -91,9 +90,10 @@ pub(crate) enum Read {
 
 impl Read {
     /// The bytes, read now.
-    pub(crate) fn bytes(&self) -> Result<Bytes, StorageError> {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> Result<bytes::Bytes, StorageError> {
         match self {
-            Read::Empty => Ok(Bytes::new()),
+            Read::Empty => Ok(bytes::Bytes::new()),
             Read::Slice(slice) => slice.read(),
         }
     }
@@ -385,6 +385,7 @@ impl PartitionLog {
 mod tests {
     use super::*;
     use crate::config::BrokerConfig;
+    use bytes::Bytes;
     use std::collections::BTreeMap;
 
     fn config(segment_bytes: u64) -> LogConfig {

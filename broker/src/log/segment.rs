@@ -455,9 +455,9 @@ impl Segment {
         Ok(None)
     }
 
-    /// Where the batches from the one containing `offset` lie: at most `max_bytes` of them.
-    /// When the first alone is larger, it is returned whole if `min_one` (so a consumer always
-    /// makes progress, KIP-74), else nothing.
+    /// Where the batches from the one containing `offset` lie: the whole batches that fit in
+    /// `max_bytes`. When the first alone is larger, it is returned whole if `min_one` (so a
+    /// consumer always makes progress, KIP-74), else nothing.
     pub(crate) fn slice(
         &self,
         offset: i64,
@@ -467,20 +467,50 @@ impl Segment {
         let Some((position, first)) = self.position_of(offset)? else {
             return Ok(None);
         };
-        let available = (self.size - position) as usize;
-        let len = if first.size <= max_bytes {
-            available.min(max_bytes)
+        let first_end = position + first.size as u64;
+        let end = if first.size <= max_bytes {
+            let limit = position.saturating_add(max_bytes as u64).min(self.size);
+            self.whole_batches_end(first_end, limit)?
         } else if min_one {
-            first.size
+            first_end
         } else {
-            0
+            position
         };
         Ok(Some(FileSlice {
             file: Arc::clone(&self.log),
             path: self.log_path.clone(),
             position,
-            len,
+            len: (end - position) as usize,
         }))
+    }
+
+    /// The end of the last whole batch that ends at or before `limit`, walking batch headers
+    /// from `from` (a batch boundary at or before `limit`). The walk starts at the last index
+    /// entry before `limit` when that is further on, so it reads at most an index interval's
+    /// worth of headers, however many batches the range holds.
+    fn whole_batches_end(&self, from: u64, limit: u64) -> Result<u64, StorageError> {
+        if limit == self.size {
+            return Ok(limit);
+        }
+        let slot = self
+            .index_entries
+            .partition_point(|(_, pos)| u64::from(*pos) <= limit);
+        let mut end = match slot {
+            0 => from,
+            _ => from.max(u64::from(self.index_entries[slot - 1].1)),
+        };
+        let mut length = [0u8; batch::LOG_OVERHEAD];
+        while limit - end >= batch::LOG_OVERHEAD as u64 {
+            self.log
+                .read_exact_at(&mut length, end)
+                .map_err(io_err(&self.log_path, "read"))?;
+            // A bad length ends the range there, like the end of the limit does.
+            match batch::batch_size(&length) {
+                Ok(Some(size)) if size as u64 <= limit - end => end += size as u64,
+                _ => break,
+            }
+        }
+        Ok(end)
     }
 
     /// The first batch (offset, header, bytes) whose max timestamp is at or after `timestamp`.
@@ -551,9 +581,9 @@ impl Segment {
     }
 }
 
-/// A byte range of a segment file to hand to a consumer; read after the partition lock is
-/// released, so producers are not held up by consumers. The file stays readable even if
-/// retention deletes the segment meanwhile.
+/// A range of whole batches of a segment file to hand to a consumer; sent after the partition
+/// lock is released, so producers are not held up by consumers. The file stays readable even
+/// if retention deletes the segment meanwhile: the open handle keeps its data.
 pub(crate) struct FileSlice {
     file: Arc<File>,
     path: PathBuf,
@@ -562,20 +592,29 @@ pub(crate) struct FileSlice {
 }
 
 impl FileSlice {
-    /// Reads the range, trimmed to whole batches.
+    /// Bytes in the range.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The file and where the range starts in it, to send it with `sendfile`.
+    pub(crate) fn file_range(&self) -> (&File, u64) {
+        (&self.file, self.position)
+    }
+
+    /// Reads `buf.len()` bytes of the range, from `skip` bytes into it.
+    pub(crate) fn read_at(&self, skip: usize, buf: &mut [u8]) -> Result<(), StorageError> {
+        debug_assert!(skip + buf.len() <= self.len);
+        self.file
+            .read_exact_at(buf, self.position + skip as u64)
+            .map_err(io_err(&self.path, "read"))
+    }
+
+    /// The whole range, read now.
+    #[cfg(test)]
     pub(crate) fn read(&self) -> Result<Bytes, StorageError> {
         let mut buf = BytesMut::zeroed(self.len);
-        self.file
-            .read_exact_at(&mut buf, self.position)
-            .map_err(io_err(&self.path, "read"))?;
-        let mut end = 0;
-        while let Ok(Some(size)) = batch::batch_size(&buf[end..]) {
-            if end + size > buf.len() {
-                break;
-            }
-            end += size;
-        }
-        buf.truncate(end);
+        self.read_at(0, &mut buf)?;
         Ok(buf.freeze())
     }
 }
