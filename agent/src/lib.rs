@@ -73,6 +73,9 @@ enum Command {
     },
     /// Creates, lists, describes, alters and deletes topics (as kafka-topics.sh).
     Topics(tools::topics::TopicsArgs),
+    /// Lists, describes (with lag), resets and deletes consumer groups (as
+    /// kafka-consumer-groups.sh).
+    Groups(tools::groups::GroupsArgs),
     /// Writes standard input to a topic, a record per line (as kafka-console-producer.sh).
     ConsoleProducer(tools::console::ProducerArgs),
     /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
@@ -98,6 +101,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Run { file } => run(&file, registry),
         Command::Broker { config } => broker(config.as_deref()),
         Command::Topics(args) => tool(tools::topics::run(args)),
+        Command::Groups(args) => tool(tools::groups::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
         Command::DumpLogSegments {

@@ -1,4 +1,4 @@
-//! Kafka-style command-line tools (`topics`, `console-producer`, `console-consumer`), built on
+//! Kafka-style command-line tools (`topics`, `groups`, `console-producer`, `console-consumer`), built on
 //! librdkafka so that they work against any Kafka cluster, not only the bundled broker. Flags
 //! follow Kafka's own tools (`kafka-topics.sh`, `kafka-console-producer.sh`, ...).
 
@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use rdkafka::config::ClientConfig;
 
 pub mod console;
+pub mod groups;
 pub mod topics;
 
 /// How long a tool waits for the cluster to answer one request.
