@@ -75,7 +75,7 @@ mod tests {
         register(&mut registry);
         assert_eq!(
             registry.type_names(ComponentKind::Sink),
-            vec!["file_roll", "http", "logger", "null"]
+            vec!["file_roll", "http", "kafka", "logger", "null"]
         );
     }
 }
