@@ -18,6 +18,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::Signal;
@@ -25,7 +27,7 @@ use nix::sys::signal::Signal;
 use harness::{Agent, read_dir_concat, wait_until};
 
 /// How many times each test at least kills the agent.
-const KILLS: usize = 10;
+const KILLS: usize = 15;
 
 /// A small deterministic generator for kill delays and the writers' choices (the same as in
 /// `durability.rs`).
@@ -155,11 +157,10 @@ fn kill_repeatedly(dir: &Path, config: &str, rng: &mut Lcg, done: impl Fn() -> b
     kills
 }
 
-/// Starts the agent a last time, lets it run until the finished output holds every line of
+/// Lets the last run of the agent go on until the finished output holds every line of
 /// `expected` (or stops growing for 15 s: the checks then say what is missing), stops it
 /// with SIGTERM and returns every output line.
-fn run_to_completion(dir: &Path, config: &str, expected: &HashSet<String>) -> Vec<String> {
-    let mut agent = Agent::start(dir, config);
+fn run_to_completion(mut agent: Agent, dir: &Path, expected: &HashSet<String>) -> Vec<String> {
     let mut output = FinishedOutput::new(&dir.join("out"));
     let mut last = (0, Instant::now());
     wait_until(
@@ -226,21 +227,20 @@ fn check_output(written: &Written, output: &[String], exactly_once: bool, seed: 
             );
         }
     }
-    let missing: Vec<&str> = origin
+    let mut missing: Vec<&str> = origin
         .keys()
         .filter(|line| !counts.contains_key(*line))
         .copied()
         .collect();
-    let duplicates: usize = counts.values().map(|c| c - 1).sum();
-    let mut missing_sorted = missing.clone();
-    missing_sorted.sort_unstable();
+    missing.sort_unstable();
     assert!(
         missing.is_empty(),
         "CRASH_SEED={seed}: {} of {} lines lost, e.g. {:?}",
         missing.len(),
         origin.len(),
-        &missing_sorted[..missing_sorted.len().min(10)]
+        &missing[..missing.len().min(10)]
     );
+    let duplicates: usize = counts.values().map(|c| c - 1).sum();
     if exactly_once {
         let mut repeated: Vec<&str> = counts
             .iter()
@@ -313,8 +313,11 @@ impl LogWriter {
         self.written.lines.iter().map(Vec::len).sum()
     }
 
-    /// Appends `count` lines to every stream.
+    /// Appends `count` lines to each of `streams`.
     fn append(&mut self, streams: &[usize], count: usize) {
+        if count == 0 {
+            return;
+        }
         let mut chunks = Vec::new();
         for &stream in streams {
             let mut chunk = Vec::new();
@@ -352,11 +355,12 @@ impl LogWriter {
     /// copytruncate loses, for every tailer, the lines written between the copy and the
     /// truncation and the lines not read yet when the file is truncated: they survive only in
     /// the copy, which no glob matches. (Letting the glob match the copy instead would tail
-    /// it as a new file and deliver all its lines a second time.) So, as an application
-    /// would have to, the writer stops appending to `copy.log`, waits until its last line was
-    /// delivered (a finished output file holds it: the position past it is then committed,
-    /// with the put through a file channel, with the acknowledgement through a memory one),
-    /// and only then copies and truncates it.
+    /// it as a new file and deliver all its lines a second time.) So the writer stops
+    /// appending to `copy.log`, waits until its last line was delivered (a finished output
+    /// file holds it), and only then copies and truncates it. Nothing unread is lost then:
+    /// an agent restarted from an older saved position (through a memory channel the
+    /// position is saved after delivery) finds the file truncated and reads its new content
+    /// from the start.
     fn rotate_by_copytruncate(&mut self, output: &mut FinishedOutput) {
         let path = self.dir.join(Self::NAMES[Self::COPIED]);
         if let Some(last) = self.written.lines[Self::COPIED].last().cloned() {
@@ -378,8 +382,9 @@ impl LogWriter {
 
     /// Writes `rounds` chunks to every stream, rotating `rename.log` every 8 rounds and
     /// `copy.log` every 10, and keeps at most `ahead` lines ahead of the finished output so
-    /// that rotations happen while the agent is reading (and being killed).
-    fn run(mut self, rounds: usize, ahead: usize, out: &Path) -> Written {
+    /// that rotations happen while the agent is reading (and being killed). Counts the
+    /// rounds done in `done`.
+    fn run(mut self, rounds: usize, ahead: usize, out: &Path, done: &AtomicUsize) -> Written {
         let mut output = FinishedOutput::new(out);
         for round in 0..rounds {
             let count = 50 + self.rng.next_below(250) as usize;
@@ -399,6 +404,7 @@ impl LogWriter {
                     output.lines + ahead >= total
                 },
             );
+            done.store(round + 1, Ordering::SeqCst);
         }
         assert!(self.renames >= 3 && self.copies >= 3);
         self.written
@@ -433,7 +439,7 @@ sinks:
   files:
     type: file_roll
     channel: buffer
-    batch_size: 500
+    batch_size: 100
     directory: ./out
     roll_size: 32KiB
     roll_interval: 1s
@@ -444,16 +450,18 @@ sinks:
 /// Taildir on the three logs of `LogWriter`, through `channel`, killed at least `KILLS`
 /// times while they are written and rotated; returns what was written and the output.
 fn tail_rotating_logs_across_sigkills(channel: &str, seed: u64) -> (Written, Vec<String>) {
+    const ROUNDS: usize = 150;
     let mut rng = Lcg(seed);
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
     // The glob matches the live files and the renamed ones (`rename.log.1`, ...), not the
-    // copies of copytruncate (`copy-1.old`, ...).
+    // copies of copytruncate (`copy-1.old`, ...). A renamed file stays in the glob, so it is
+    // tailed as a file of its own: order is kept per file, not across a rotation.
     let source = format!(
         "    type: taildir
     filegroups:
       app: '{}/*.log*'
-    batch_size: 200
+    batch_size: 100
     idle_timeout: 1s
     poll_interval: 250ms",
         logs.display()
@@ -461,10 +469,19 @@ fn tail_rotating_logs_across_sigkills(channel: &str, seed: u64) -> (Written, Vec
     let config = pipeline(&source, channel);
     let writer = LogWriter::new(&logs, seed);
     let out = dir.path().join("out");
-    let writing = std::thread::spawn(move || writer.run(40, 3000, &out));
-    let kills = kill_repeatedly(dir.path(), &config, &mut rng, || writing.is_finished());
-    let written = writing.join().unwrap();
-    let output = run_to_completion(dir.path(), &config, &written.all());
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let done = Arc::clone(&rounds);
+    let writing = std::thread::spawn(move || writer.run(ROUNDS, 10_000, &out, &done));
+    // Killed during the first three quarters of the writing; the last run sees the rest
+    // live, so that rotation and truncation are also followed without a restart.
+    let kills = kill_repeatedly(dir.path(), &config, &mut rng, || {
+        rounds.load(Ordering::SeqCst) >= ROUNDS * 3 / 4 || writing.is_finished()
+    });
+    let agent = Agent::start(dir.path(), &config);
+    let written = writing
+        .join()
+        .expect("the writer failed: see its panic above");
+    let output = run_to_completion(agent, dir.path(), &written.all());
     println!(
         "{} lines written to 3 files ({} files after rename rotations), {} output lines, {kills} SIGKILLs",
         written.lines.iter().map(Vec::len).sum::<usize>(),
@@ -491,7 +508,7 @@ fn taildir_through_memory_channel_loses_nothing_across_sigkills() {
 
 #[test]
 fn spooldir_through_file_channel_is_exactly_once_across_sigkills() {
-    const FILES: usize = 40;
+    const FILES: usize = 60;
     let seed = crash_seed();
     let mut rng = Lcg(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -510,10 +527,12 @@ fn spooldir_through_file_channel_is_exactly_once_across_sigkills() {
     let out = dir.path().join("out");
     // Each file is a stream of numbered lines, written in the staging directory and renamed
     // into the spool directory complete, as Flume requires; files keep coming while the
-    // agent is killed, at most 3000 lines ahead of the finished output.
+    // agent is killed, at most 10000 lines ahead of the finished output.
     let mut dropper_rng = Lcg(seed ^ 0xd209);
+    let dropped = Arc::new(AtomicUsize::new(0));
     let dropping = {
         let spool = spool.clone();
+        let dropped = Arc::clone(&dropped);
         std::thread::spawn(move || {
             let mut output = FinishedOutput::new(&out);
             let mut written = Written {
@@ -521,7 +540,7 @@ fn spooldir_through_file_channel_is_exactly_once_across_sigkills() {
                 file_starts: Vec::new(),
             };
             for file in 0..FILES {
-                let count = 200 + dropper_rng.next_below(1600) as usize;
+                let count = 500 + dropper_rng.next_below(2000) as usize;
                 let lines: Vec<String> = (0..count).map(|n| numbered_line(file, n)).collect();
                 let name = format!("f{file:03}.log");
                 let mut text = lines.join("\n");
@@ -530,22 +549,29 @@ fn spooldir_through_file_channel_is_exactly_once_across_sigkills() {
                 fs::rename(staging.join(&name), spool.join(&name)).unwrap();
                 written.lines.push(lines);
                 written.file_starts.push(vec![0]);
+                dropped.store(file + 1, Ordering::SeqCst);
                 let total: usize = written.lines.iter().map(Vec::len).sum();
                 wait_until(
                     Duration::from_secs(120),
                     "the agent to keep up with the files",
                     || {
                         output.refresh();
-                        output.lines + 3000 >= total
+                        output.lines + 10_000 >= total
                     },
                 );
             }
             written
         })
     };
-    let kills = kill_repeatedly(dir.path(), &config, &mut rng, || dropping.is_finished());
-    let written = dropping.join().unwrap();
-    let output = run_to_completion(dir.path(), &config, &written.all());
+    // The last run sees the last quarter of the files arrive.
+    let kills = kill_repeatedly(dir.path(), &config, &mut rng, || {
+        dropped.load(Ordering::SeqCst) >= FILES * 3 / 4 || dropping.is_finished()
+    });
+    let agent = Agent::start(dir.path(), &config);
+    let written = dropping
+        .join()
+        .expect("the file dropper failed: see its panic above");
+    let output = run_to_completion(agent, dir.path(), &written.all());
     println!(
         "{} lines in {FILES} files, {} output lines, {kills} SIGKILLs",
         written.lines.iter().map(Vec::len).sum::<usize>(),
