@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
@@ -15,20 +15,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use harness::{Agent, Tmpfs, free_port, http_server, read_dir_concat, wait_until};
-
-/// A small deterministic generator for kill delays (the seed is printed to replay a run).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next_below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
+use harness::{Agent, Lcg, Tmpfs, crash_seed, free_port, http_server, read_dir_concat, wait_until};
 
 /// Starts the agent on `config` `rounds` times, killing it with SIGKILL at a random moment
 /// after it started each time.
@@ -51,16 +38,7 @@ fn kill_repeatedly(dir: &std::path::Path, config: &str, rng: &mut Lcg, rounds: u
 #[test]
 fn seq_through_file_channel_to_file_roll_is_exactly_once_across_sigkills() {
     const TOTAL: usize = 1_000_000;
-    let seed = std::env::var("CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    println!("CRASH_SEED={seed}");
+    let seed = crash_seed();
     let mut rng = Lcg(seed);
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
@@ -219,11 +197,7 @@ sinks:
 #[test]
 fn seq_through_memory_channel_loses_nothing_across_sigkills() {
     const TOTAL: usize = 1_000_000;
-    let seed = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    println!("CRASH_SEED={seed}");
+    let seed = crash_seed();
     let mut rng = Lcg(seed);
     let dir = tempfile::tempdir().unwrap();
     let config = format!(

@@ -150,7 +150,13 @@ pub fn read_dir_concat(dir: &Path) -> Vec<u8> {
         if file_name.starts_with('.') || !name.is_file() {
             continue;
         }
-        out.extend(fs::read(&name).unwrap());
+        // A file being written may be renamed or cut back between the listing and the read
+        // while an agent runs: skip it (callers poll again).
+        match fs::read(&name) {
+            Ok(bytes) => out.extend(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("reading {}: {e}", name.display()),
+        }
     }
     out
 }
@@ -254,4 +260,32 @@ impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
+}
+
+/// A small deterministic generator for kill delays and writers' choices in crash tests.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next_below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// `CRASH_SEED` from the environment, or a fresh one; printed so a failure can be replayed.
+pub fn crash_seed() -> u64 {
+    let seed = std::env::var("CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("CRASH_SEED={seed}");
+    seed
 }

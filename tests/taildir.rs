@@ -20,43 +20,14 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use harness::{Agent, read_dir_concat, wait_until};
+use harness::{Agent, Lcg, crash_seed, read_dir_concat, wait_until};
 
 /// How many times each test at least kills the agent.
 const KILLS: usize = 15;
-
-/// A small deterministic generator for kill delays and the writers' choices (the same as in
-/// `durability.rs`).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next_below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
-/// `CRASH_SEED` from the environment, or a fresh one; printed so a failure can be replayed.
-fn crash_seed() -> u64 {
-    let seed = std::env::var("CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    println!("CRASH_SEED={seed}");
-    seed
-}
 
 /// A line of stream `stream`, number `n`: `f<stream>-<n>` and some letters, so that lines
 /// differ in length and a file's first bytes change when it is truncated and written again.
