@@ -99,8 +99,9 @@ impl GroupCoordinator {
         Ok(GroupCoordinator {
             catalog,
             timing: Timing {
+                // Kafka's setting is an int; a larger one must not overflow deadlines.
                 initial_rebalance_delay: Duration::from_millis(
-                    config.group_initial_rebalance_delay_ms,
+                    config.group_initial_rebalance_delay_ms.min(i32::MAX as u64),
                 ),
             },
             min_session: config.group_min_session_timeout_ms,
