@@ -872,3 +872,69 @@ async fn offsets_of_an_empty_group_expire_after_offsets_retention_minutes() {
     );
     broker.shutdown().await;
 }
+
+/// A static member (`group.instance.id`) that restarts within its session timeout takes its
+/// old place: same partitions, and the other member sees no rebalance at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_restarting_keeps_its_partitions_without_a_rebalance() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = config(dir.path());
+    settings.group_initial_rebalance_delay_ms = 500;
+    let (broker, bootstrap) = start(settings).await;
+    let topic = "static";
+    create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
+    let observed = Arc::new(Mutex::new(Observed::default()));
+    let assignments_of_b = Arc::new(Mutex::new(Vec::new()));
+    let spawn = |member: usize, instance: &str, stop: Arc<AtomicBool>| {
+        let mut config = member_config(&bootstrap, "statics", "range", "earliest");
+        config.set("group.instance.id", instance);
+        let observed = Arc::clone(&observed);
+        let assignments_of_b = Arc::clone(&assignments_of_b);
+        std::thread::spawn(move || {
+            run_member(config, topic, &stop, |e| {
+                if let (1, Event::Assigned(p)) = (member, &e) {
+                    assignments_of_b.lock().unwrap().push(p.clone());
+                }
+                observed.lock().unwrap().apply(member, e)
+            })
+        })
+    };
+    let stop_a = Arc::new(AtomicBool::new(false));
+    let stop_b = Arc::new(AtomicBool::new(false));
+    let a = spawn(0, "instance-a", Arc::clone(&stop_a));
+    let b = spawn(1, "instance-b", Arc::clone(&stop_b));
+    wait_for(
+        "two static members to split the partitions",
+        Duration::from_secs(20),
+        || observed.lock().unwrap().partitions_split_among(&[0, 1]),
+    )
+    .await;
+    let before = observed.lock().unwrap().assignments.clone();
+    let b_rounds = assignments_of_b.lock().unwrap().len();
+
+    // `a` stops (a static member sends no LeaveGroup) and comes back under the same instance id.
+    stop_a.store(true, Ordering::Relaxed);
+    a.join().unwrap();
+    observed.lock().unwrap().assignments[0].clear();
+    let stop_a = Arc::new(AtomicBool::new(false));
+    let a = spawn(0, "instance-a", Arc::clone(&stop_a));
+    wait_for(
+        "the restarted member to get its partitions back",
+        Duration::from_secs(20),
+        || observed.lock().unwrap().assignments[0] == before[0],
+    )
+    .await;
+    // Longer than a heartbeat interval: a rebalance would have reached `b` by now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(observed.lock().unwrap().assignments, before);
+    assert_eq!(
+        assignments_of_b.lock().unwrap().len(),
+        b_rounds,
+        "the other member was not rebalanced"
+    );
+    stop_a.store(true, Ordering::Relaxed);
+    stop_b.store(true, Ordering::Relaxed);
+    a.join().unwrap();
+    b.join().unwrap();
+    broker.shutdown().await;
+}
