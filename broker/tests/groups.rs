@@ -840,12 +840,45 @@ async fn group_apis_on_the_wire_follow_kafka() {
     broker.shutdown().await;
 }
 
+/// Joins `group_id` as its only member (JoinGroup v3, no MEMBER_ID_REQUIRED) and syncs;
+/// returns the member id of generation 1.
+async fn join_alone(stream: &mut TcpStream, group_id: &str) -> StrBytes {
+    let joined: JoinGroupResponse = call(
+        stream,
+        ApiKey::JoinGroup,
+        3,
+        &JoinGroupRequest::default()
+            .with_group_id(group(group_id))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![
+                join_group_request::JoinGroupRequestProtocol::default().with_name(s("range")),
+            ]),
+    )
+    .await;
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    let synced: SyncGroupResponse = call(
+        stream,
+        ApiKey::SyncGroup,
+        2,
+        &SyncGroupRequest::default()
+            .with_group_id(group(group_id))
+            .with_generation_id(1)
+            .with_member_id(joined.member_id.clone()),
+    )
+    .await;
+    assert_eq!(synced.error_code, 0);
+    joined.member_id
+}
+
 #[tokio::test]
 async fn offsets_of_an_empty_group_expire_after_offsets_retention_minutes() {
     let dir = tempfile::tempdir().unwrap();
     let mut settings = config(dir.path());
     settings.offsets_retention_minutes = 0;
     settings.offsets_retention_check_interval_ms = 100;
+    settings.group_initial_rebalance_delay_ms = 0;
     let (broker, bootstrap) = start(settings).await;
     create_topic(&bootstrap, "brief", 1, &[]).await;
     let mut stream = TcpStream::connect(broker.local_addr()).await.unwrap();
@@ -857,8 +890,35 @@ async fn offsets_of_an_empty_group_expire_after_offsets_retention_minutes() {
     )
     .await;
     assert_eq!(committed.topics[0].partitions[0].error_code, 0);
+
+    // A group with a member keeps its offsets however old they are.
+    let member = join_alone(&mut stream, "held").await;
+    let committed: OffsetCommitResponse = call(
+        &mut stream,
+        ApiKey::OffsetCommit,
+        8,
+        &commit_request("held", 1, &member, "brief", 7),
+    )
+    .await;
+    assert_eq!(committed.topics[0].partitions[0].error_code, 0);
+
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(fetch_offset(&mut stream, "fleeting", "brief").await, -1);
+    assert_eq!(fetch_offset(&mut stream, "held", "brief").await, 7);
+
+    // Once its last member left, the retention counts from then.
+    let left: LeaveGroupResponse = call(
+        &mut stream,
+        ApiKey::LeaveGroup,
+        1,
+        &LeaveGroupRequest::default()
+            .with_group_id(group("held"))
+            .with_member_id(member),
+    )
+    .await;
+    assert_eq!(left.error_code, 0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(fetch_offset(&mut stream, "held", "brief").await, -1);
     let listed: ListGroupsResponse = call(
         &mut stream,
         ApiKey::ListGroups,
@@ -868,7 +928,7 @@ async fn offsets_of_an_empty_group_expire_after_offsets_retention_minutes() {
     .await;
     assert!(
         listed.groups.is_empty(),
-        "the empty group went with its offsets"
+        "the empty groups went with their offsets"
     );
     broker.shutdown().await;
 }
