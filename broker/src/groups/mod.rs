@@ -268,7 +268,9 @@ impl GroupCoordinator {
                 }
             }
         }
-        drop(groups);
+        // The lock is held until the offsets are stored: a rebalance must not complete between
+        // checking the generation and storing, or the partition's next owner could read the
+        // offsets from before this commit.
         let now = crate::log::now_ms();
         let mut answers = Vec::with_capacity(offsets.len());
         let mut rows = Vec::with_capacity(offsets.len());
@@ -303,6 +305,7 @@ impl GroupCoordinator {
                 *answer = Some(ResponseError::UnknownServerError);
             }
         }
+        drop(groups);
         answers
     }
 
