@@ -8,7 +8,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, SyncGroupRequest, SyncGrou
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler, text};
-use crate::groups::SyncOutcome;
+use crate::groups::{SyncOutcome, SyncRequest};
 
 pub(super) struct SyncGroup;
 
@@ -32,15 +32,15 @@ impl Handler for SyncGroup {
             .into_iter()
             .map(|a| (a.member_id.to_string(), a.assignment))
             .collect();
-        let reply = ctx.groups.sync(
-            &request.group_id.0,
-            &request.member_id,
-            request.group_instance_id.as_deref(),
-            request.generation_id,
-            request.protocol_type.as_deref(),
-            request.protocol_name.as_deref(),
+        let request_view = SyncRequest {
+            member_id: &request.member_id,
+            instance_id: request.group_instance_id.as_deref(),
+            generation: request.generation_id,
+            protocol_type: request.protocol_type.as_deref(),
+            protocol_name: request.protocol_name.as_deref(),
             assignments,
-        );
+        };
+        let reply = ctx.groups.sync(&request.group_id.0, request_view);
         let outcome = ctx
             .answer(reply, || {
                 SyncOutcome::error(ResponseError::CoordinatorNotAvailable)

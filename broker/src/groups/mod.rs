@@ -28,7 +28,9 @@ use crate::config::BrokerConfig;
 use crate::topics::Topics;
 
 use state::{Group, Timing};
-pub(crate) use state::{GroupState, JoinOutcome, JoinRequest, Protocol, Reply, SyncOutcome};
+pub(crate) use state::{
+    GroupState, JoinOutcome, JoinRequest, Protocol, Reply, SyncOutcome, SyncRequest,
+};
 
 /// A member as DescribeGroups shows it.
 #[derive(Debug, Clone)]
@@ -162,30 +164,12 @@ impl GroupCoordinator {
     }
 
     /// Handles a SyncGroup.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn sync(
-        &self,
-        group_id: &str,
-        member_id: &str,
-        instance_id: Option<&str>,
-        generation: i32,
-        protocol_type: Option<&str>,
-        protocol_name: Option<&str>,
-        assignments: Vec<(String, Bytes)>,
-    ) -> Reply<SyncOutcome> {
+    pub(crate) fn sync(&self, group_id: &str, request: SyncRequest<'_>) -> Reply<SyncOutcome> {
         let mut groups = self.lock();
         let Some(group) = groups.get_mut(group_id) else {
             return Reply::Now(SyncOutcome::error(ResponseError::UnknownMemberId));
         };
-        group.sync(
-            member_id,
-            instance_id,
-            generation,
-            protocol_type,
-            protocol_name,
-            assignments,
-            Instant::now(),
-        )
+        group.sync(request, Instant::now())
     }
 
     /// Handles a Heartbeat; `None` is success.
@@ -245,7 +229,8 @@ impl GroupCoordinator {
             return whole(ResponseError::InvalidGroupId);
         }
         let mut groups = self.lock();
-        let standalone = committer.generation < 0 && committer.member_id.is_empty();
+        // Kafka lets any commit with a negative generation into an empty group.
+        let standalone = committer.generation < 0;
         match groups.get(group_id) {
             None if standalone => {
                 groups.insert(

@@ -69,6 +69,19 @@ pub(crate) struct JoinRequest {
     pub(crate) supports_skip_assignment: bool,
 }
 
+/// A SyncGroup as the state machine sees it.
+#[derive(Debug, Default)]
+pub(crate) struct SyncRequest<'a> {
+    pub(crate) member_id: &'a str,
+    pub(crate) instance_id: Option<&'a str>,
+    pub(crate) generation: i32,
+    /// v5 names the protocol type and name; they must match the group's.
+    pub(crate) protocol_type: Option<&'a str>,
+    pub(crate) protocol_name: Option<&'a str>,
+    /// The leader's assignment, by member id (empty from the other members).
+    pub(crate) assignments: Vec<(String, Bytes)>,
+}
+
 /// A member in a JoinGroup response.
 #[derive(Debug, Clone)]
 pub(crate) struct JoinedMember {
@@ -648,17 +661,15 @@ impl Group {
     }
 
     /// Handles a SyncGroup.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn sync(
-        &mut self,
-        member_id: &str,
-        instance_id: Option<&str>,
-        generation: i32,
-        protocol_type: Option<&str>,
-        protocol_name: Option<&str>,
-        assignments: Vec<(String, Bytes)>,
-        now: Instant,
-    ) -> Reply<SyncOutcome> {
+    pub(crate) fn sync(&mut self, req: SyncRequest<'_>, now: Instant) -> Reply<SyncOutcome> {
+        let SyncRequest {
+            member_id,
+            instance_id,
+            generation,
+            protocol_type,
+            protocol_name,
+            assignments,
+        } = req;
         if self.state == GroupState::Dead {
             return Reply::Now(SyncOutcome::error(ResponseError::CoordinatorNotAvailable));
         }
@@ -891,6 +902,21 @@ mod tests {
         }
     }
 
+    fn sync_req<'a>(
+        member_id: &'a str,
+        instance_id: Option<&'a str>,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncRequest<'a> {
+        SyncRequest {
+            member_id,
+            instance_id,
+            generation,
+            assignments,
+            ..SyncRequest::default()
+        }
+    }
+
     fn now_outcome<T>(reply: Reply<T>) -> T {
         match reply {
             Reply::Now(t) => t,
@@ -927,12 +953,7 @@ mod tests {
         assert_eq!((joined.generation, joined.leader.as_str()), (1, a.as_str()));
         assert_eq!(joined.protocol_name.as_deref(), Some("range"));
         let mut a_sync = later(group.sync(
-            &a,
-            None,
-            1,
-            None,
-            None,
-            vec![(a.clone(), Bytes::from_static(b"all"))],
+            sync_req(&a, None, 1, vec![(a.clone(), Bytes::from_static(b"all"))]),
             now,
         ));
         assert_eq!(
@@ -976,7 +997,7 @@ mod tests {
         let now = Instant::now();
         let mut group = Group::new("g".into(), String::new(), 0, 0);
         let (a, _) = join_new(&mut group, &["range"], now);
-        let _ = group.sync(&a, None, 1, None, None, vec![], now);
+        let _ = group.sync(sync_req(&a, None, 1, vec![]), now);
         let (_b, mut b_join) = join_new(&mut group, &["range"], now);
         // `a` keeps heartbeating but never rejoins.
         let later_on = now + Duration::from_secs(31);
@@ -996,7 +1017,7 @@ mod tests {
         let now = Instant::now();
         let mut group = Group::new("g".into(), String::new(), 0, 0);
         let (a, _) = join_new(&mut group, &["range"], now);
-        let _ = group.sync(&a, None, 1, None, None, vec![], now);
+        let _ = group.sync(sync_req(&a, None, 1, vec![]), now);
         group.tick(now + Duration::from_secs(9), TIMING);
         assert_eq!(group.state, GroupState::Stable);
         group.tick(now + Duration::from_secs(11), TIMING);
@@ -1014,12 +1035,12 @@ mod tests {
         let mut joined = later(group.join(req, now, TIMING));
         let first = joined.try_recv().unwrap();
         let _ = group.sync(
-            &first.member_id,
-            Some("i1"),
-            1,
-            None,
-            None,
-            vec![(first.member_id.clone(), Bytes::from_static(b"p0"))],
+            sync_req(
+                &first.member_id,
+                Some("i1"),
+                1,
+                vec![(first.member_id.clone(), Bytes::from_static(b"p0"))],
+            ),
             now,
         );
         let mut again = request("", &["range"]);
@@ -1034,7 +1055,7 @@ mod tests {
             Some(ResponseError::FencedInstanceId)
         );
         let synced =
-            now_outcome(group.sync(&second.member_id, Some("i1"), 1, None, None, vec![], now));
+            now_outcome(group.sync(sync_req(&second.member_id, Some("i1"), 1, vec![]), now));
         assert_eq!(synced.assignment, Bytes::from_static(b"p0"));
     }
 
