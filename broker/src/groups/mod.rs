@@ -12,7 +12,13 @@
 //! Offsets expire as in Kafka since 2.1 (KIP-211): those of a group with members never do;
 //! once a group is empty they go `offsets.retention.minutes` after it became empty, and those
 //! of a group that never had members (offsets committed by a standalone consumer or a tool)
-//! each that long after its commit. An empty group left without offsets is removed.
+//! each that long after its commit. An empty group left without offsets is removed. The
+//! per-request retention time of OffsetCommit v2-v4 is ignored: `offsets.retention.minutes`
+//! decides for every version.
+//!
+//! Not limited yet: the number of members of a group (Kafka's `group.max.size`, unlimited by
+//! default there too) and of member ids handed out with MEMBER_ID_REQUIRED, which live until
+//! their session timeout.
 
 mod state;
 
