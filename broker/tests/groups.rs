@@ -189,7 +189,6 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
     let group = format!("group-{strategy}");
     create_topic(&bootstrap, topic, PARTITIONS, &[]).await;
     let producer = producer(&bootstrap, &[]);
-    produce_keys(&producer, topic, "before-", RECORDS_PER_PHASE).await;
 
     let observed = Arc::new(Mutex::new(Observed::default()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -203,6 +202,14 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
             })
         }));
     }
+    // The third member joins a group already at work: in the cooperative protocol the others
+    // first give up partitions, then rejoin at once, and a second round hands them over.
+    wait_for(
+        "two members to split the partitions",
+        Duration::from_secs(30),
+        || observed.lock().unwrap().partitions_split_among(&[0, 1]),
+    )
+    .await;
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -241,12 +248,16 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
     };
 
     wait_for(
-        "three members to split the partitions and consume the first records",
+        "three members to split the partitions",
         Duration::from_secs(30),
-        || {
-            let o = observed.lock().unwrap();
-            o.partitions_split_among(&[0, 1, 2]) && o.consumed.len() >= RECORDS_PER_PHASE
-        },
+        || observed.lock().unwrap().partitions_split_among(&[0, 1, 2]),
+    )
+    .await;
+    produce_keys(&producer, topic, "before-", RECORDS_PER_PHASE).await;
+    wait_for(
+        "the first records to be consumed",
+        Duration::from_secs(30),
+        || observed.lock().unwrap().consumed.len() >= RECORDS_PER_PHASE,
     )
     .await;
     {
