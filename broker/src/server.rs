@@ -122,6 +122,12 @@ impl Broker {
                 "socket_request_max_bytes and message_max_bytes must be positive".into(),
             ));
         }
+        if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms {
+            return Err(BrokerError::Config(format!(
+                "group_min_session_timeout_ms ({}) is above group_max_session_timeout_ms ({})",
+                config.group_min_session_timeout_ms, config.group_max_session_timeout_ms
+            )));
+        }
         std::fs::create_dir_all(&config.data_dir).map_err(|source| BrokerError::DataDir {
             path: config.data_dir.clone(),
             source,
