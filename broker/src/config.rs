@@ -59,6 +59,25 @@ pub struct BrokerConfig {
     /// Fsync a partition when its last fsync is older than this (Kafka `log.flush.interval.ms`,
     /// topic `flush.ms`). Default: never.
     pub log_flush_interval_ms: Option<i64>,
+    /// Committed offsets of a group are deleted once the group has been empty this long; for a
+    /// group that never had members (offsets committed by a standalone consumer or a tool), once
+    /// each offset is this old (Kafka `offsets.retention.minutes`). Default 10080 (7 days).
+    pub offsets_retention_minutes: u64,
+    /// How often expired offsets and empty groups are removed (Kafka
+    /// `offsets.retention.check.interval.ms`). Default 10 minutes.
+    pub offsets_retention_check_interval_ms: u64,
+    /// Largest metadata string accepted with a committed offset (Kafka
+    /// `offset.metadata.max.bytes`). Default 4096.
+    pub offset_metadata_max_bytes: usize,
+    /// Smallest session timeout a group member may ask for (Kafka
+    /// `group.min.session.timeout.ms`). Default 6000.
+    pub group_min_session_timeout_ms: i32,
+    /// Largest session timeout a group member may ask for (Kafka
+    /// `group.max.session.timeout.ms`). Default 1800000 (30 minutes).
+    pub group_max_session_timeout_ms: i32,
+    /// How long the first rebalance of an empty group waits for more members to join, so they
+    /// all get partitions in one round (Kafka `group.initial.rebalance.delay.ms`). Default 3000.
+    pub group_initial_rebalance_delay_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -81,6 +100,12 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: 600_000,
             log_flush_interval_messages: None,
             log_flush_interval_ms: None,
+            offsets_retention_minutes: 10_080,
+            offsets_retention_check_interval_ms: 600_000,
+            offset_metadata_max_bytes: 4096,
+            group_min_session_timeout_ms: 6000,
+            group_max_session_timeout_ms: 1_800_000,
+            group_initial_rebalance_delay_ms: 3000,
         }
     }
 }
@@ -100,6 +125,8 @@ mod tests {
         assert_eq!(config.message_max_bytes, 1_048_588);
         assert_eq!(config.log_segment_bytes, 1 << 30);
         assert!(config.auto_create_topics_enable);
+        assert_eq!(config.offsets_retention_minutes, 10_080);
+        assert_eq!(config.group_initial_rebalance_delay_ms, 3000);
         let unknown = serde_json::from_str::<BrokerConfig>(r#"{"num.partitions": 3}"#);
         assert!(unknown.is_err());
     }

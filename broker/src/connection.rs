@@ -81,7 +81,8 @@ pub(crate) async fn serve(ctx: Arc<Context>, stream: TcpStream, peer: SocketAddr
     let (read, write) = stream.into_split();
     let mut reader = BufReader::with_capacity(BUFFER, read);
     let mut writer = BufWriter::with_capacity(BUFFER, write);
-    let result: Result<(), ConnectionError> = async {
+    let host = format!("/{}", peer.ip());
+    let result: Result<(), ConnectionError> = api::CLIENT_HOST.scope(host, async {
         loop {
             let frame = tokio::select! {
                 frame = tokio::time::timeout(limits.idle, read_frame(&mut reader, limits.max_request)) => match frame {
@@ -98,7 +99,7 @@ pub(crate) async fn serve(ctx: Arc<Context>, stream: TcpStream, peer: SocketAddr
                 writer.flush().await?;
             }
         }
-    }
+    })
     .await;
     // Responses to the requests before a bad one (or before shutdown) still go out.
     let _ = writer.flush().await;

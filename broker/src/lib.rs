@@ -5,6 +5,7 @@
 //! - `connection`: framing and request order; `api`: one handler per Kafka API.
 //! - `topics` and `catalog`: the topics, their configs in SQLite; `log`: the partition log on
 //!   disk, laid out as Kafka lays it out.
+//! - `groups`: the group coordinator (classic consumer groups) and committed offsets.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), ferry_broker::BrokerError> {
@@ -20,6 +21,7 @@ mod catalog;
 mod config;
 mod connection;
 mod dump;
+mod groups;
 mod log;
 mod server;
 mod topic_config;

@@ -14,6 +14,7 @@ use crate::api::Context;
 use crate::catalog::{Catalog, CatalogError};
 use crate::config::BrokerConfig;
 use crate::connection;
+use crate::groups::GroupCoordinator;
 use crate::topics::{TopicError, Topics};
 
 /// Written after every log was fsynced at shutdown (Kafka's name); its absence at start means
@@ -121,6 +122,12 @@ impl Broker {
                 "socket_request_max_bytes and message_max_bytes must be positive".into(),
             ));
         }
+        if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms {
+            return Err(BrokerError::Config(format!(
+                "group_min_session_timeout_ms ({}) is above group_max_session_timeout_ms ({})",
+                config.group_min_session_timeout_ms, config.group_max_session_timeout_ms
+            )));
+        }
         std::fs::create_dir_all(&config.data_dir).map_err(|source| BrokerError::DataDir {
             path: config.data_dir.clone(),
             source,
@@ -139,29 +146,34 @@ impl Broker {
         // Recovery reads the active segments: blocking work, off the async threads.
         let loaded = {
             let config = config.clone();
-            tokio::task::spawn_blocking(move || -> Result<(Topics, String), BrokerError> {
-                let catalog = Catalog::open(&config.data_dir)?;
-                let cluster_id = catalog.cluster_id()?;
-                // The marker is removed while running, so a crash leaves none behind.
-                let marker = config.data_dir.join(CLEAN_SHUTDOWN_MARKER);
-                let clean_shutdown = marker.exists();
-                if clean_shutdown {
-                    std::fs::remove_file(&marker).map_err(|source| BrokerError::DataDir {
-                        path: marker.clone(),
-                        source,
-                    })?;
-                } else {
-                    tracing::info!("no clean shutdown marker: checking every segment");
-                }
-                Ok((Topics::open(config, catalog, clean_shutdown)?, cluster_id))
-            })
+            tokio::task::spawn_blocking(
+                move || -> Result<(Topics, GroupCoordinator, String), BrokerError> {
+                    let catalog = Catalog::open(&config.data_dir)?;
+                    let cluster_id = catalog.cluster_id()?;
+                    // The marker is removed while running, so a crash leaves none behind.
+                    let marker = config.data_dir.join(CLEAN_SHUTDOWN_MARKER);
+                    let clean_shutdown = marker.exists();
+                    if clean_shutdown {
+                        std::fs::remove_file(&marker).map_err(|source| BrokerError::DataDir {
+                            path: marker.clone(),
+                            source,
+                        })?;
+                    } else {
+                        tracing::info!("no clean shutdown marker: checking every segment");
+                    }
+                    let topics = Topics::open(config.clone(), catalog, clean_shutdown)?;
+                    let groups = GroupCoordinator::load(&config, topics.catalog())?;
+                    Ok((topics, groups, cluster_id))
+                },
+            )
             .await
             .map_err(|e| BrokerError::Topics(e.to_string()))??
         };
-        let (topics, cluster_id) = loaded;
+        let (topics, groups, cluster_id) = loaded;
         let (host, port) = advertised(&config, local_addr);
         let ctx = Arc::new(Context {
             topics,
+            groups,
             appended: Notify::new(),
             shutdown: CancellationToken::new(),
             node_id: config.node_id,
@@ -178,7 +190,9 @@ impl Broker {
         tracker.spawn(maintenance(
             Arc::clone(&ctx),
             Duration::from_millis(config.log_retention_check_interval_ms.max(1)),
+            Duration::from_millis(config.offsets_retention_check_interval_ms.max(1)),
         ));
+        tracker.spawn(group_timeouts(Arc::clone(&ctx)));
         tracing::info!(%local_addr, data_dir = %config.data_dir.display(), "broker started");
         Ok(BrokerHandle {
             local_addr,
@@ -223,22 +237,41 @@ async fn accept(
     }
 }
 
-/// Background log maintenance: retention every `log.retention.check.interval.ms`, and the
+/// Background maintenance: log retention every `log.retention.check.interval.ms`, the
 /// time-based flush policy (`flush.ms`) checked every second (Kafka's
-/// `log.flush.scheduler.interval.ms`). Blocking file work runs off the async threads.
-async fn maintenance(ctx: Arc<Context>, retention_every: Duration) {
+/// `log.flush.scheduler.interval.ms`), committed offset expiry every
+/// `offsets.retention.check.interval.ms`. Blocking file work runs off the async threads.
+async fn maintenance(ctx: Arc<Context>, retention_every: Duration, offsets_every: Duration) {
     let mut retention = tokio::time::interval(retention_every);
     retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut flush = tokio::time::interval(Duration::from_secs(1));
     flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut offsets = tokio::time::interval(offsets_every);
+    offsets.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let job: fn(&Topics) = tokio::select! {
-            _ = retention.tick() => Topics::enforce_retention,
-            _ = flush.tick() => Topics::flush_due,
+        let job: fn(&Context) = tokio::select! {
+            _ = retention.tick() => |ctx| ctx.topics.enforce_retention(),
+            _ = flush.tick() => |ctx| ctx.topics.flush_due(),
+            _ = offsets.tick() => |ctx| ctx.groups.expire_offsets(),
             _ = ctx.shutdown.cancelled() => return,
         };
         let ctx = Arc::clone(&ctx);
-        let _ = tokio::task::spawn_blocking(move || job(&ctx.topics)).await;
+        let _ = tokio::task::spawn_blocking(move || job(&ctx)).await;
+    }
+}
+
+/// How often group timeouts (sessions, join phases) are checked: their resolution.
+const GROUP_TICK: Duration = Duration::from_millis(100);
+
+/// Drives the group coordinator's timeouts.
+async fn group_timeouts(ctx: Arc<Context>) {
+    let mut tick = tokio::time::interval(GROUP_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => ctx.groups.tick(),
+            _ = ctx.shutdown.cancelled() => return,
+        }
     }
 }
 

@@ -123,7 +123,7 @@ impl Registry {
 /// All topics, by name.
 pub(crate) struct Topics {
     broker: BrokerConfig,
-    catalog: Catalog,
+    catalog: Arc<Catalog>,
     topics: RwLock<Registry>,
 }
 
@@ -178,7 +178,7 @@ impl Topics {
         }
         Ok(Topics {
             broker,
-            catalog,
+            catalog: Arc::new(catalog),
             topics: RwLock::new(topics),
         })
     }
@@ -194,6 +194,11 @@ impl Topics {
     /// The broker settings topics default to.
     pub(crate) fn broker_config(&self) -> &BrokerConfig {
         &self.broker
+    }
+
+    /// The metadata database, shared with the group coordinator.
+    pub(crate) fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog)
     }
 
     /// The topic named `name`.

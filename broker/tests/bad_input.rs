@@ -105,6 +105,42 @@ async fn random_and_truncated_frames_close_only_their_connection() {
             3,
             &FetchRequest::default().with_max_wait_ms(10),
         ),
+        frame(
+            ApiKey::JoinGroup,
+            9,
+            4,
+            &JoinGroupRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("fuzz")))
+                .with_session_timeout_ms(6000)
+                .with_rebalance_timeout_ms(1000)
+                .with_protocol_type(StrBytes::from_static_str("consumer"))
+                .with_protocols(vec![
+                    join_group_request::JoinGroupRequestProtocol::default()
+                        .with_name(StrBytes::from_static_str("range")),
+                ]),
+        ),
+        frame(
+            ApiKey::OffsetCommit,
+            8,
+            5,
+            &OffsetCommitRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("fuzz")))
+                .with_generation_id_or_member_epoch(-1)
+                .with_topics(vec![
+                    offset_commit_request::OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_static_str("fuzz")))
+                        .with_partitions(vec![Default::default()]),
+                ]),
+        ),
+        frame(
+            ApiKey::OffsetFetch,
+            8,
+            6,
+            &OffsetFetchRequest::default().with_groups(vec![
+                offset_fetch_request::OffsetFetchRequestGroup::default()
+                    .with_group_id(GroupId(StrBytes::from_static_str("fuzz"))),
+            ]),
+        ),
     ];
     let mut rng = Rng(0x5EED_1234_ABCD_0001);
     for round in 0..400i32 {

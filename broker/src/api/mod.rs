@@ -2,25 +2,35 @@
 //!
 //! [`ROUTES`] is the single list of what this broker serves: the connection dispatches through
 //! it and ApiVersions answers from it, so the broker can never advertise an API or a version it
-//! does not handle. Adding an API (JoinGroup, SyncGroup, OffsetCommit, InitProducerId, ...) is a
-//! new module with a [`Handler`] impl and one line in [`ROUTES`].
+//! does not handle. Adding an API (InitProducerId, ...) is a new module with a [`Handler`] impl,
+//! its request's [`shape`], a sample in `samples.rs` and one line in [`ROUTES`].
 
 mod alter_configs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_groups;
 mod fetch;
 mod find_coordinator;
+mod heartbeat;
 mod incremental_alter_configs;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod produce;
 #[cfg(test)]
 mod samples;
 mod shape;
+mod sync_group;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,14 +42,27 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes, VersionRange};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::groups::{self, GroupCoordinator};
 use crate::log::FileSlice;
 use crate::topics::Topics;
 
 pub(crate) use api_versions::unsupported_version_response;
 
-/// What every handler can reach: the topics and broker-wide facts.
+tokio::task_local! {
+    /// The client's address as Kafka shows it (`/127.0.0.1`), set per connection, for
+    /// DescribeGroups.
+    pub(crate) static CLIENT_HOST: String;
+}
+
+/// The calling client's host, when known.
+pub(crate) fn client_host() -> String {
+    CLIENT_HOST.try_with(Clone::clone).unwrap_or_default()
+}
+
+/// What every handler can reach: the topics, the groups and broker-wide facts.
 pub(crate) struct Context {
     pub(crate) topics: Topics,
+    pub(crate) groups: GroupCoordinator,
     /// Woken after every append, for long-polling fetches.
     pub(crate) appended: Notify,
     /// Cancelled when the broker shuts down.
@@ -60,6 +83,24 @@ impl Context {
     pub(crate) fn host(&self) -> StrBytes {
         StrBytes::from_string(self.host.clone())
     }
+
+    /// Waits for a group's answer that is not ready yet (the end of a join phase, the
+    /// leader's assignment); `lost` stands in when the broker shuts down meanwhile or the
+    /// member was dropped without an answer.
+    pub(crate) async fn answer<T>(&self, reply: groups::Reply<T>, lost: impl FnOnce() -> T) -> T {
+        match reply {
+            groups::Reply::Now(answer) => answer,
+            groups::Reply::Later(rx) => tokio::select! {
+                answer = rx => answer.unwrap_or_else(|_| lost()),
+                _ = self.shutdown.cancelled() => lost(),
+            },
+        }
+    }
+}
+
+/// A protocol string.
+pub(crate) fn text(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
 }
 
 /// Failure to serve one request; the connection is closed after it.
@@ -182,6 +223,16 @@ pub(crate) const ROUTES: &[Route] = &[
     route::<alter_configs::AlterConfigs>(),
     route::<incremental_alter_configs::IncrementalAlterConfigs>(),
     route::<describe_cluster::DescribeCluster>(),
+    route::<offset_commit::OffsetCommit>(),
+    route::<offset_fetch::OffsetFetch>(),
+    route::<join_group::JoinGroup>(),
+    route::<heartbeat::Heartbeat>(),
+    route::<leave_group::LeaveGroup>(),
+    route::<sync_group::SyncGroup>(),
+    route::<describe_groups::DescribeGroups>(),
+    route::<list_groups::ListGroups>(),
+    route::<delete_groups::DeleteGroups>(),
+    route::<offset_delete::OffsetDelete>(),
 ];
 
 /// The route for an api key, if served.
@@ -267,9 +318,11 @@ mod tests {
             data_dir: dir.to_path_buf(),
             ..Default::default()
         };
-        let topics = Topics::open(config, Catalog::open(dir).unwrap(), true).unwrap();
+        let topics = Topics::open(config.clone(), Catalog::open(dir).unwrap(), true).unwrap();
+        let groups = GroupCoordinator::load(&config, topics.catalog()).unwrap();
         Arc::new(Context {
             topics,
+            groups,
             appended: Notify::new(),
             shutdown: CancellationToken::new(),
             node_id: 0,

@@ -123,6 +123,97 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
             version,
         ),
         ApiKey::DescribeCluster => encode(DescribeClusterRequest::default(), version),
+        ApiKey::JoinGroup => encode(
+            JoinGroupRequest::default()
+                .with_group_id(GroupId(s()))
+                .with_session_timeout_ms(10_000)
+                .with_rebalance_timeout_ms(10_000)
+                .with_member_id(s())
+                .with_protocol_type(s())
+                .with_protocols(vec![
+                    join_group_request::JoinGroupRequestProtocol::default().with_name(s()),
+                ]),
+            version,
+        ),
+        ApiKey::SyncGroup => encode(
+            SyncGroupRequest::default()
+                .with_group_id(GroupId(s()))
+                .with_assignments(vec![Default::default()]),
+            version,
+        ),
+        ApiKey::Heartbeat => encode(
+            HeartbeatRequest::default().with_group_id(GroupId(s())),
+            version,
+        ),
+        ApiKey::LeaveGroup => encode(
+            if version >= 3 {
+                LeaveGroupRequest::default().with_members(vec![Default::default()])
+            } else {
+                LeaveGroupRequest::default().with_member_id(s())
+            },
+            version,
+        ),
+        ApiKey::OffsetCommit => encode(
+            OffsetCommitRequest::default()
+                .with_group_id(GroupId(s()))
+                .with_generation_id_or_member_epoch(-1)
+                .with_topics(vec![
+                    offset_commit_request::OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(s()))
+                        .with_partitions(vec![
+                            offset_commit_request::OffsetCommitRequestPartition::default()
+                                .with_committed_offset(1)
+                                .with_committed_metadata(Some(s())),
+                        ]),
+                ]),
+            version,
+        ),
+        ApiKey::OffsetFetch => encode(
+            if version >= 8 {
+                OffsetFetchRequest::default().with_groups(vec![
+                    offset_fetch_request::OffsetFetchRequestGroup::default()
+                        .with_group_id(GroupId(s()))
+                        .with_topics(Some(vec![
+                            offset_fetch_request::OffsetFetchRequestTopics::default()
+                                .with_name(TopicName(s()))
+                                .with_partition_indexes(vec![0]),
+                        ])),
+                ])
+            } else {
+                OffsetFetchRequest::default()
+                    .with_group_id(GroupId(s()))
+                    .with_topics(Some(vec![
+                        offset_fetch_request::OffsetFetchRequestTopic::default()
+                            .with_name(TopicName(s()))
+                            .with_partition_indexes(vec![0]),
+                    ]))
+            },
+            version,
+        ),
+        ApiKey::ListGroups => encode(
+            ListGroupsRequest::default()
+                .with_states_filter(if version >= 4 { vec![s()] } else { vec![] })
+                .with_types_filter(if version >= 5 { vec![s()] } else { vec![] }),
+            version,
+        ),
+        ApiKey::DescribeGroups => encode(
+            DescribeGroupsRequest::default().with_groups(vec![GroupId(s())]),
+            version,
+        ),
+        ApiKey::DeleteGroups => encode(
+            DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s())]),
+            version,
+        ),
+        ApiKey::OffsetDelete => encode(
+            OffsetDeleteRequest::default()
+                .with_group_id(GroupId(s()))
+                .with_topics(vec![
+                    offset_delete_request::OffsetDeleteRequestTopic::default()
+                        .with_name(TopicName(s()))
+                        .with_partitions(vec![Default::default()]),
+                ]),
+            version,
+        ),
         other => panic!("no sample for {other:?}"),
     }
 }

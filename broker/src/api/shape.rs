@@ -202,6 +202,102 @@ pub(crate) const ALTER_CONFIGS: Shape = Shape {
     ],
 };
 
+pub(crate) const JOIN_GROUP: Shape = Shape {
+    flexible_from: 6,
+    fields: &[
+        f(Str),                          // group_id
+        f(I32),                          // session_timeout_ms
+        v(I32, 1, MAX),                  // rebalance_timeout_ms
+        f(Str),                          // member_id
+        v(Str, 5, MAX),                  // group_instance_id
+        f(Str),                          // protocol_type
+        f(Structs(&[f(Str), f(Bytes)])), // protocols: name, metadata
+        v(Str, 8, MAX),                  // reason
+    ],
+};
+
+pub(crate) const SYNC_GROUP: Shape = Shape {
+    flexible_from: 4,
+    fields: &[
+        f(Str),                          // group_id
+        f(I32),                          // generation_id
+        f(Str),                          // member_id
+        v(Str, 3, MAX),                  // group_instance_id
+        v(Str, 5, MAX),                  // protocol_type
+        v(Str, 5, MAX),                  // protocol_name
+        f(Structs(&[f(Str), f(Bytes)])), // assignments: member_id, assignment
+    ],
+};
+
+pub(crate) const HEARTBEAT: Shape = Shape {
+    flexible_from: 4,
+    fields: &[f(Str), f(I32), f(Str), v(Str, 3, MAX)],
+};
+
+pub(crate) const LEAVE_GROUP: Shape = Shape {
+    flexible_from: 4,
+    fields: &[
+        f(Str),                                                // group_id
+        v(Str, 0, 2),                                          // member_id
+        v(Structs(&[f(Str), f(Str), v(Str, 5, MAX)]), 3, MAX), // members: id, instance, reason
+    ],
+};
+
+pub(crate) const OFFSET_COMMIT: Shape = Shape {
+    flexible_from: 8,
+    fields: &[
+        f(Str),         // group_id
+        f(I32),         // generation_id_or_member_epoch
+        f(Str),         // member_id
+        v(Str, 7, MAX), // group_instance_id
+        v(I64, 2, 4),   // retention_time_ms
+        f(Structs(&[
+            f(Str),                                                // name
+            f(Structs(&[f(I32), f(I64), v(I32, 6, MAX), f(Str)])), // index, offset, epoch, metadata
+        ])),
+    ],
+};
+
+pub(crate) const OFFSET_FETCH: Shape = Shape {
+    flexible_from: 6,
+    fields: &[
+        v(Str, 0, 7),                         // group_id
+        v(Structs(&[f(Str), f(Ints)]), 0, 7), // topics: name, partitions (null: all)
+        v(
+            Structs(&[
+                f(Str),                         // group_id
+                v(Str, 9, MAX),                 // member_id
+                v(I32, 9, MAX),                 // member_epoch
+                f(Structs(&[f(Str), f(Ints)])), // topics
+            ]),
+            8,
+            MAX,
+        ),
+        v(I8, 7, MAX), // require_stable
+    ],
+};
+
+pub(crate) const LIST_GROUPS: Shape = Shape {
+    flexible_from: 3,
+    fields: &[v(Strs, 4, MAX), v(Strs, 5, MAX)],
+};
+
+pub(crate) const DESCRIBE_GROUPS: Shape = Shape {
+    flexible_from: 5,
+    fields: &[f(Strs), v(I8, 3, MAX)],
+};
+
+pub(crate) const DELETE_GROUPS: Shape = Shape {
+    flexible_from: 2,
+    fields: &[f(Strs)],
+};
+
+/// OffsetDelete has no flexible version.
+pub(crate) const OFFSET_DELETE: Shape = Shape {
+    flexible_from: MAX,
+    fields: &[f(Str), f(Structs(&[f(Str), f(Structs(&[f(I32)]))]))],
+};
+
 /// Where and why a request does not fit its shape.
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error("malformed request body at byte {at}: {what}")]

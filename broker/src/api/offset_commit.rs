@@ -1,0 +1,81 @@
+//! OffsetCommit: a member's (or a standalone consumer's) committed offsets, stored in the
+//! catalog before the answer.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{ApiKey, OffsetCommitRequest, OffsetCommitResponse, RequestHeader};
+use kafka_protocol::protocol::VersionRange;
+
+use super::{Context, Handler};
+use crate::groups::{Committer, OffsetToCommit};
+
+pub(super) struct OffsetCommit;
+
+/// Leader epochs are sent from v6 on.
+const LEADER_EPOCH_FROM: i16 = 6;
+
+impl Handler for OffsetCommit {
+    const KEY: ApiKey = ApiKey::OffsetCommit;
+    // v9 is KIP-848's (member epochs), not served.
+    const VERSIONS: VersionRange = VersionRange { min: 2, max: 8 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::OFFSET_COMMIT;
+    type Request = OffsetCommitRequest;
+    type Response = OffsetCommitResponse;
+
+    async fn handle(
+        ctx: &Arc<Context>,
+        header: &RequestHeader,
+        request: OffsetCommitRequest,
+    ) -> Option<OffsetCommitResponse> {
+        let with_epoch = header.request_api_version >= LEADER_EPOCH_FROM;
+        let offsets = request
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| OffsetToCommit {
+                    topic: t.name.0.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: if with_epoch {
+                        p.committed_leader_epoch
+                    } else {
+                        -1
+                    },
+                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                })
+            })
+            .collect();
+        let committer = Committer {
+            member_id: &request.member_id,
+            instance_id: request.group_instance_id.as_deref(),
+            generation: request.generation_id_or_member_epoch,
+        };
+        let mut errors = ctx
+            .groups
+            .commit(&ctx.topics, &request.group_id.0, committer, offsets)
+            .into_iter();
+        let topics = request
+            .topics
+            .into_iter()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let error = errors.next().flatten();
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(error.map_or(0, |e| e.code()))
+                    })
+                    .collect();
+                OffsetCommitResponseTopic::default()
+                    .with_name(t.name)
+                    .with_partitions(partitions)
+            })
+            .collect();
+        Some(OffsetCommitResponse::default().with_topics(topics))
+    }
+}

@@ -1,0 +1,171 @@
+//! OffsetFetch: a group's committed offsets, for the partitions asked or all of them (null
+//! topics, v2+); several groups at once from v8.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse, RequestHeader, TopicName,
+};
+use kafka_protocol::protocol::VersionRange;
+
+use super::{Context, Handler, text};
+
+pub(super) struct OffsetFetch;
+
+/// v8 looks up several groups at once.
+const GROUPS_FROM: i16 = 8;
+/// Leader epochs are returned from v5 on.
+const LEADER_EPOCH_FROM: i16 = 5;
+
+/// One partition's answer, before it is put in the version's shape.
+struct Found {
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: Option<String>,
+}
+
+/// The offsets of `group` for `wanted` (topic → partitions), or all of them for `None`.
+fn lookup(
+    ctx: &Context,
+    group: &str,
+    wanted: Option<Vec<(TopicName, Vec<i32>)>>,
+) -> Result<Vec<(TopicName, Vec<Found>)>, ResponseError> {
+    let committed = ctx.groups.committed(group).map_err(|e| {
+        tracing::error!(group, error = %e, "cannot read committed offsets");
+        ResponseError::UnknownServerError
+    })?;
+    let found = |(topic, partition): (String, i32)| {
+        let stored = committed.get(&(topic, partition));
+        Found {
+            partition,
+            offset: stored.map_or(-1, |o| o.offset),
+            leader_epoch: stored.map_or(-1, |o| o.leader_epoch),
+            metadata: Some(stored.and_then(|o| o.metadata.clone()).unwrap_or_default()),
+        }
+    };
+    Ok(match wanted {
+        Some(topics) => topics
+            .into_iter()
+            .map(|(name, partitions)| {
+                let rows = partitions
+                    .into_iter()
+                    .map(|p| found((name.0.to_string(), p)))
+                    .collect();
+                (name, rows)
+            })
+            .collect(),
+        None => {
+            let mut by_topic: BTreeMap<String, Vec<Found>> = BTreeMap::new();
+            for (topic, partition) in committed.keys() {
+                by_topic
+                    .entry(topic.clone())
+                    .or_default()
+                    .push(found((topic.clone(), *partition)));
+            }
+            by_topic
+                .into_iter()
+                .map(|(topic, rows)| (TopicName(text(&topic)), rows))
+                .collect()
+        }
+    })
+}
+
+impl Handler for OffsetFetch {
+    const KEY: ApiKey = ApiKey::OffsetFetch;
+    // v9 is KIP-848's (member epochs), not served.
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 8 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::OFFSET_FETCH;
+    type Request = OffsetFetchRequest;
+    type Response = OffsetFetchResponse;
+
+    async fn handle(
+        ctx: &Arc<Context>,
+        header: &RequestHeader,
+        request: OffsetFetchRequest,
+    ) -> Option<OffsetFetchResponse> {
+        let version = header.request_api_version;
+        let epoch = |e: i32| if version >= LEADER_EPOCH_FROM { e } else { -1 };
+        if version >= GROUPS_FROM {
+            let groups = request
+                .groups
+                .into_iter()
+                .map(|g| {
+                    let wanted = g.topics.map(|topics| {
+                        topics
+                            .into_iter()
+                            .map(|t| (t.name, t.partition_indexes))
+                            .collect()
+                    });
+                    let answer =
+                        OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                    match lookup(ctx, &g.group_id.0, wanted) {
+                        Ok(topics) => answer.with_topics(
+                            topics
+                                .into_iter()
+                                .map(|(name, rows)| {
+                                    OffsetFetchResponseTopics::default()
+                                        .with_name(name)
+                                        .with_partitions(
+                                            rows.into_iter()
+                                                .map(|f| {
+                                                    OffsetFetchResponsePartitions::default()
+                                                        .with_partition_index(f.partition)
+                                                        .with_committed_offset(f.offset)
+                                                        .with_committed_leader_epoch(f.leader_epoch)
+                                                        .with_metadata(
+                                                            f.metadata.as_deref().map(text),
+                                                        )
+                                                })
+                                                .collect(),
+                                        )
+                                })
+                                .collect(),
+                        ),
+                        Err(e) => answer.with_error_code(e.code()),
+                    }
+                })
+                .collect();
+            return Some(OffsetFetchResponse::default().with_groups(groups));
+        }
+        let GroupId(group) = request.group_id;
+        let wanted = request.topics.map(|topics| {
+            topics
+                .into_iter()
+                .map(|t| (t.name, t.partition_indexes))
+                .collect()
+        });
+        let response = OffsetFetchResponse::default();
+        Some(match lookup(ctx, &group, wanted) {
+            Ok(topics) => response.with_topics(
+                topics
+                    .into_iter()
+                    .map(|(name, rows)| {
+                        OffsetFetchResponseTopic::default()
+                            .with_name(name)
+                            .with_partitions(
+                                rows.into_iter()
+                                    .map(|f| {
+                                        OffsetFetchResponsePartition::default()
+                                            .with_partition_index(f.partition)
+                                            .with_committed_offset(f.offset)
+                                            .with_committed_leader_epoch(epoch(f.leader_epoch))
+                                            .with_metadata(f.metadata.as_deref().map(text))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+            // v1 has no top-level error code: an error rides on no partition at all then.
+            Err(e) if version >= 2 => response.with_error_code(e.code()),
+            Err(_) => response,
+        })
+    }
+}

@@ -1,0 +1,461 @@
+//! The group coordinator: Kafka's classic consumer group protocol and committed offsets.
+//!
+//! This single broker coordinates every group (FindCoordinator answers with itself). Group
+//! membership lives in memory ([`state`]): after a restart every group is empty and its members
+//! find out from their next heartbeat (UNKNOWN_MEMBER_ID) and join again. What must survive a
+//! restart is in the catalog: committed offsets, and each group's protocol type and generation.
+//!
+//! Assignment is the clients' business (range, roundrobin, cooperative-sticky run in the group
+//! leader); the coordinator only runs the rounds. A cooperative rebalance is two classic rounds:
+//! members that gave up partitions in the first rejoin at once, which starts the second.
+//!
+//! Offsets expire as in Kafka since 2.1 (KIP-211): those of a group with members never do;
+//! once a group is empty they go `offsets.retention.minutes` after it became empty, and those
+//! of a group that never had members (offsets committed by a standalone consumer or a tool)
+//! each that long after its commit. An empty group left without offsets is removed. The
+//! per-request retention time of OffsetCommit v2-v4 is ignored: `offsets.retention.minutes`
+//! decides for every version.
+//!
+//! Not limited yet: the number of members of a group (Kafka's `group.max.size`, unlimited by
+//! default there too) and of member ids handed out with MEMBER_ID_REQUIRED, which live until
+//! their session timeout.
+
+mod state;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+
+use crate::catalog::{Catalog, CatalogError, CommittedOffset, GroupRecord};
+use crate::config::BrokerConfig;
+use crate::topics::Topics;
+
+use state::{Group, Timing};
+pub(crate) use state::{
+    GroupState, JoinOutcome, JoinRequest, Protocol, Reply, SyncOutcome, SyncRequest,
+};
+
+/// A member as DescribeGroups shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct MemberDescription {
+    pub(crate) member_id: String,
+    pub(crate) instance_id: Option<String>,
+    pub(crate) client_id: String,
+    pub(crate) client_host: String,
+    pub(crate) metadata: Bytes,
+    pub(crate) assignment: Bytes,
+}
+
+/// A group as DescribeGroups shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupDescription {
+    pub(crate) state: GroupState,
+    pub(crate) protocol_type: String,
+    pub(crate) protocol: String,
+    pub(crate) members: Vec<MemberDescription>,
+}
+
+/// One partition of an OffsetCommit.
+#[derive(Debug, Clone)]
+pub(crate) struct OffsetToCommit {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) leader_epoch: i32,
+    pub(crate) metadata: Option<String>,
+}
+
+/// Who commits: a member of the current generation, or (generation -1, no member id) a
+/// standalone consumer or tool committing for an empty group.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Committer<'a> {
+    pub(crate) member_id: &'a str,
+    pub(crate) instance_id: Option<&'a str>,
+    pub(crate) generation: i32,
+}
+
+/// The coordinator of every group on this broker.
+pub(crate) struct GroupCoordinator {
+    catalog: Arc<Catalog>,
+    timing: Timing,
+    min_session: i32,
+    max_session: i32,
+    metadata_max_bytes: usize,
+    retention_ms: i64,
+    groups: Mutex<HashMap<String, Group>>,
+}
+
+impl GroupCoordinator {
+    /// Loads the groups known to the catalog, all empty.
+    pub(crate) fn load(config: &BrokerConfig, catalog: Arc<Catalog>) -> Result<Self, CatalogError> {
+        let groups = catalog
+            .groups()?
+            .into_iter()
+            .map(|r| {
+                let group = Group::new(
+                    r.group_id.clone(),
+                    r.protocol_type,
+                    r.generation,
+                    r.state_timestamp,
+                );
+                (r.group_id, group)
+            })
+            .collect();
+        Ok(GroupCoordinator {
+            catalog,
+            timing: Timing {
+                // Kafka's setting is an int; a larger one must not overflow deadlines.
+                initial_rebalance_delay: Duration::from_millis(
+                    config.group_initial_rebalance_delay_ms.min(i32::MAX as u64),
+                ),
+            },
+            min_session: config.group_min_session_timeout_ms,
+            max_session: config.group_max_session_timeout_ms,
+            metadata_max_bytes: config.offset_metadata_max_bytes,
+            retention_ms: i64::try_from(config.offsets_retention_minutes)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(60_000),
+            groups: Mutex::new(groups),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
+        // Every transition leaves the group consistent before anything that could panic.
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Saves the generation of a group whose join phase just ended.
+    fn save_if_dirty(&self, group: &mut Group) {
+        if !group.dirty {
+            return;
+        }
+        group.dirty = false;
+        let record = GroupRecord {
+            group_id: group.id.clone(),
+            protocol_type: group.protocol_type.clone(),
+            generation: group.generation,
+            state_timestamp: group.state_timestamp,
+        };
+        if let Err(e) = self.catalog.save_group(&record) {
+            tracing::error!(group = %group.id, error = %e, "cannot save the group's generation");
+        }
+    }
+
+    /// Handles a JoinGroup.
+    pub(crate) fn join(&self, group_id: &str, request: JoinRequest) -> Reply<JoinOutcome> {
+        if group_id.is_empty() {
+            return Reply::Now(JoinOutcome::error(
+                ResponseError::InvalidGroupId,
+                &request.member_id,
+            ));
+        }
+        let session = i32::try_from(request.session_timeout.as_millis()).unwrap_or(i32::MAX);
+        if session < self.min_session || session > self.max_session {
+            return Reply::Now(JoinOutcome::error(
+                ResponseError::InvalidSessionTimeout,
+                &request.member_id,
+            ));
+        }
+        let now = Instant::now();
+        let mut groups = self.lock();
+        let group = groups.entry(group_id.to_owned()).or_insert_with(|| {
+            Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms())
+        });
+        let reply = group.join(request, now, self.timing);
+        self.save_if_dirty(group);
+        reply
+    }
+
+    /// Handles a SyncGroup.
+    pub(crate) fn sync(&self, group_id: &str, request: SyncRequest<'_>) -> Reply<SyncOutcome> {
+        let mut groups = self.lock();
+        let Some(group) = groups.get_mut(group_id) else {
+            return Reply::Now(SyncOutcome::error(ResponseError::UnknownMemberId));
+        };
+        group.sync(request, Instant::now())
+    }
+
+    /// Handles a Heartbeat; `None` is success.
+    pub(crate) fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Option<ResponseError> {
+        let mut groups = self.lock();
+        let Some(group) = groups.get_mut(group_id) else {
+            return Some(ResponseError::UnknownMemberId);
+        };
+        group.heartbeat(member_id, instance_id, generation, Instant::now())
+    }
+
+    /// Handles a LeaveGroup: one answer per leaving member.
+    pub(crate) fn leave(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Vec<Option<ResponseError>> {
+        let mut groups = self.lock();
+        let Some(group) = groups.get_mut(group_id) else {
+            return vec![Some(ResponseError::UnknownMemberId); members.len()];
+        };
+        let now = Instant::now();
+        let answers = members
+            .iter()
+            .map(|(member, instance)| group.leave(member, instance.as_deref(), now, self.timing))
+            .collect();
+        self.save_if_dirty(group);
+        answers
+    }
+
+    /// Runs the timeouts due now (called a few times a second).
+    pub(crate) fn tick(&self) {
+        let now = Instant::now();
+        let mut groups = self.lock();
+        for group in groups.values_mut() {
+            group.tick(now, self.timing);
+            self.save_if_dirty(group);
+        }
+    }
+
+    /// Handles an OffsetCommit: an error for the whole request, or one per partition.
+    pub(crate) fn commit(
+        &self,
+        topics: &Topics,
+        group_id: &str,
+        committer: Committer<'_>,
+        offsets: Vec<OffsetToCommit>,
+    ) -> Vec<Option<ResponseError>> {
+        let whole = |e: ResponseError| vec![Some(e); offsets.len()];
+        if group_id.is_empty() {
+            return whole(ResponseError::InvalidGroupId);
+        }
+        let mut groups = self.lock();
+        // Kafka lets any commit with a negative generation into an empty group.
+        let standalone = committer.generation < 0;
+        match groups.get(group_id) {
+            None if standalone => {
+                groups.insert(
+                    group_id.to_owned(),
+                    Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms()),
+                );
+            }
+            None => return whole(ResponseError::IllegalGeneration),
+            Some(group) => {
+                let refused = match group.state {
+                    GroupState::Dead => Some(ResponseError::CoordinatorNotAvailable),
+                    GroupState::Empty if standalone => None,
+                    // Kafka refuses commits between the join and the assignment: the member's
+                    // partitions are about to change.
+                    GroupState::CompletingRebalance => Some(ResponseError::RebalanceInProgress),
+                    _ => check_committer(group, committer),
+                };
+                if let Some(e) = refused {
+                    return whole(e);
+                }
+            }
+        }
+        // The lock is held until the offsets are stored: a rebalance must not complete between
+        // checking the generation and storing, or the partition's next owner could read the
+        // offsets from before this commit.
+        let now = crate::log::now_ms();
+        let mut answers = Vec::with_capacity(offsets.len());
+        let mut rows = Vec::with_capacity(offsets.len());
+        for o in offsets {
+            let exists = topics
+                .get(&o.topic)
+                .is_some_and(|t| t.partition(o.partition).is_some());
+            if !exists {
+                answers.push(Some(ResponseError::UnknownTopicOrPartition));
+            } else if o
+                .metadata
+                .as_ref()
+                .is_some_and(|m| m.len() > self.metadata_max_bytes)
+            {
+                answers.push(Some(ResponseError::OffsetMetadataTooLarge));
+            } else {
+                answers.push(None);
+                rows.push(CommittedOffset {
+                    topic: o.topic,
+                    partition: o.partition,
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata,
+                    commit_timestamp: now,
+                });
+            }
+        }
+        if let Err(e) = self.catalog.commit_offsets(group_id, &rows) {
+            // A topic deleted in between fails its foreign key, or the disk failed.
+            tracing::error!(group = group_id, error = %e, "cannot store committed offsets");
+            for answer in answers.iter_mut().filter(|a| a.is_none()) {
+                *answer = Some(ResponseError::UnknownServerError);
+            }
+        }
+        drop(groups);
+        answers
+    }
+
+    /// A group's committed offsets, by topic and partition.
+    pub(crate) fn committed(
+        &self,
+        group_id: &str,
+    ) -> Result<BTreeMap<(String, i32), CommittedOffset>, CatalogError> {
+        Ok(self
+            .catalog
+            .offsets(group_id)?
+            .into_iter()
+            .map(|o| ((o.topic.clone(), o.partition), o))
+            .collect())
+    }
+
+    /// Every group: id, protocol type, state.
+    pub(crate) fn list(&self) -> Vec<(String, String, GroupState)> {
+        let mut all: Vec<_> = self
+            .lock()
+            .values()
+            .map(|g| (g.id.clone(), g.protocol_type.clone(), g.state))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// A group's state and members; `None` when there is no such group.
+    pub(crate) fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+        let groups = self.lock();
+        let group = groups.get(group_id)?;
+        let protocol = group.protocol.as_deref();
+        Some(GroupDescription {
+            state: group.state,
+            protocol_type: group.protocol_type.clone(),
+            protocol: protocol.unwrap_or_default().to_owned(),
+            members: group
+                .members
+                .values()
+                .map(|m| MemberDescription {
+                    member_id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: m.metadata(protocol),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Deletes an empty group and its offsets.
+    pub(crate) fn delete_group(&self, group_id: &str) -> Option<ResponseError> {
+        let mut groups = self.lock();
+        let Some(group) = groups.get_mut(group_id) else {
+            return Some(ResponseError::GroupIdNotFound);
+        };
+        match group.state {
+            GroupState::Empty => {}
+            GroupState::Dead => return Some(ResponseError::GroupIdNotFound),
+            _ => return Some(ResponseError::NonEmptyGroup),
+        }
+        if let Err(e) = self.catalog.delete_group(group_id) {
+            tracing::error!(group = group_id, error = %e, "cannot delete the group");
+            return Some(ResponseError::UnknownServerError);
+        }
+        group.kill();
+        groups.remove(group_id);
+        tracing::info!(group = group_id, "deleted group");
+        None
+    }
+
+    /// Handles an OffsetDelete: an error for the whole group, or one per partition.
+    pub(crate) fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let groups = self.lock();
+        let Some(group) = groups.get(group_id) else {
+            return Err(ResponseError::GroupIdNotFound);
+        };
+        let subscribed = match group.state {
+            GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
+            GroupState::Empty => Vec::new(),
+            _ => match group.subscribed_topics() {
+                Some(topics) => topics,
+                None => return Err(ResponseError::NonEmptyGroup),
+            },
+        };
+        let mut answers = Vec::with_capacity(partitions.len());
+        let mut deletable = Vec::new();
+        for (topic, partition) in partitions {
+            if subscribed.contains(topic) {
+                answers.push(Some(ResponseError::GroupSubscribedToTopic));
+            } else {
+                answers.push(None);
+                deletable.push((topic.clone(), *partition));
+            }
+        }
+        if let Err(e) = self.catalog.delete_offsets(group_id, &deletable) {
+            tracing::error!(group = group_id, error = %e, "cannot delete offsets");
+            return Err(ResponseError::UnknownServerError);
+        }
+        Ok(answers)
+    }
+
+    /// Deletes the offsets past retention of the empty groups, and the empty groups left with
+    /// none (see the module docs).
+    pub(crate) fn expire_offsets(&self) {
+        let now = crate::log::now_ms();
+        let mut groups = self.lock();
+        let mut gone = Vec::new();
+        for group in groups.values() {
+            if group.state != GroupState::Empty {
+                continue;
+            }
+            let result = (|| -> Result<bool, CatalogError> {
+                let cutoff = now.saturating_sub(self.retention_ms);
+                let expired = if group.protocol_type.is_empty() {
+                    self.catalog.delete_offsets_before(&group.id, cutoff)?
+                } else if group.state_timestamp < cutoff {
+                    self.catalog.delete_offsets_before(&group.id, i64::MAX)?
+                } else {
+                    0
+                };
+                if expired > 0 {
+                    tracing::info!(group = %group.id, expired, "expired committed offsets");
+                }
+                Ok(self.catalog.offsets(&group.id)?.is_empty())
+            })();
+            match result {
+                Ok(true) => gone.push(group.id.clone()),
+                Ok(false) => {}
+                Err(e) => tracing::error!(group = %group.id, error = %e, "offset expiry failed"),
+            }
+        }
+        for id in gone {
+            if let Err(e) = self.catalog.delete_group(&id) {
+                tracing::error!(group = %id, error = %e, "cannot remove an expired group");
+                continue;
+            }
+            if let Some(mut group) = groups.remove(&id) {
+                group.kill();
+            }
+            tracing::info!(group = %id, "removed empty group without offsets");
+        }
+    }
+}
+
+fn check_committer(group: &Group, c: Committer<'_>) -> Option<ResponseError> {
+    if let Some(instance) = c.instance_id
+        && let Some(m) = group.members.get(c.member_id)
+        && m.instance_id.as_deref() != Some(instance)
+    {
+        return Some(ResponseError::FencedInstanceId);
+    }
+    if !group.members.contains_key(c.member_id) {
+        return Some(ResponseError::UnknownMemberId);
+    }
+    (c.generation != group.generation).then_some(ResponseError::IllegalGeneration)
+}
