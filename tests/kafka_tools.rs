@@ -503,3 +503,168 @@ fn agent_unchecked(args: &[&str]) -> Output {
         .output()
         .unwrap()
 }
+
+#[test]
+fn groups_tool_shows_lag_resets_and_deletes_a_console_consumer_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = start_broker(dir.path());
+    let b = bootstrap.as_str();
+    agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--create",
+            "--topic",
+            "lagged",
+            "--partitions",
+            "1",
+        ],
+        None,
+    );
+    let input: String = (0..100).map(|i| format!("r{i}\n")).collect();
+    agent(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "lagged",
+        ],
+        Some(input.as_bytes()),
+    );
+    // A console consumer in group g1 reads 40 records and commits as it goes.
+    let read = agent(
+        &[
+            "console-consumer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "lagged",
+            "--group",
+            "g1",
+            "--from-beginning",
+            "--max-messages",
+            "40",
+        ],
+        None,
+    );
+    let expected: String = (0..40).map(|i| format!("r{i}\n")).collect();
+    assert_eq!(stdout(&read), expected);
+    let listed = stdout(&agent(&["groups", "--bootstrap-server", b, "--list"], None));
+    assert!(listed.lines().any(|l| l == "g1"), "{listed}");
+    let row = |text: &str| -> Vec<String> {
+        let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        let header: Vec<&str> = lines[0].split_whitespace().collect();
+        assert_eq!(
+            header,
+            [
+                "GROUP",
+                "TOPIC",
+                "PARTITION",
+                "CURRENT-OFFSET",
+                "LOG-END-OFFSET",
+                "LAG",
+                "CONSUMER-ID",
+                "HOST",
+                "CLIENT-ID"
+            ]
+        );
+        lines[1].split_whitespace().map(str::to_owned).collect()
+    };
+    let describe = || {
+        stdout(&agent(
+            &[
+                "groups",
+                "--bootstrap-server",
+                b,
+                "--describe",
+                "--group",
+                "g1",
+            ],
+            None,
+        ))
+    };
+    assert_eq!(
+        row(&describe())[..6],
+        ["g1", "lagged", "0", "40", "100", "60"]
+    );
+    // A dry run changes nothing; --execute moves the offsets.
+    let plan = stdout(&agent(
+        &[
+            "groups",
+            "--bootstrap-server",
+            b,
+            "--reset-offsets",
+            "--group",
+            "g1",
+            "--topic",
+            "lagged",
+            "--to-earliest",
+        ],
+        None,
+    ));
+    assert!(plan.contains("NEW-OFFSET"), "{plan}");
+    assert_eq!(row(&describe())[3], "40");
+    agent(
+        &[
+            "groups",
+            "--bootstrap-server",
+            b,
+            "--reset-offsets",
+            "--group",
+            "g1",
+            "--topic",
+            "lagged",
+            "--to-offset",
+            "90",
+            "--execute",
+        ],
+        None,
+    );
+    assert_eq!(
+        row(&describe())[..6],
+        ["g1", "lagged", "0", "90", "100", "10"]
+    );
+    // The group resumes from its committed offset.
+    let rest = agent(
+        &[
+            "console-consumer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "lagged",
+            "--group",
+            "g1",
+            "--max-messages",
+            "10",
+        ],
+        None,
+    );
+    let expected: String = (90..100).map(|i| format!("r{i}\n")).collect();
+    assert_eq!(stdout(&rest), expected);
+    let deleted = stdout(&agent(
+        &[
+            "groups",
+            "--bootstrap-server",
+            b,
+            "--delete",
+            "--group",
+            "g1",
+        ],
+        None,
+    ));
+    assert!(
+        deleted.contains("'g1'") && deleted.contains("successful"),
+        "{deleted}"
+    );
+    let listed = stdout(&agent(&["groups", "--bootstrap-server", b, "--list"], None));
+    assert!(!listed.lines().any(|l| l == "g1"), "{listed}");
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}

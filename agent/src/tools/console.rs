@@ -158,6 +158,10 @@ pub struct ConsumerArgs {
     /// Exit after this many records.
     #[arg(long = "max-messages")]
     max_messages: Option<u64>,
+    /// Consume as a member of this consumer group, committing offsets as it goes (without
+    /// it, every partition is read directly and nothing is committed).
+    #[arg(long)]
+    group: Option<String>,
     /// Read only this partition.
     #[arg(long)]
     partition: Option<i32>,
@@ -185,7 +189,33 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
         let (k, v) = split_property(pair)?;
         config.set(k, v);
     }
+    if let Some(group) = &args.group {
+        if args.partition.is_some() {
+            bail!("--group and --partition exclude each other");
+        }
+        // As Kafka's console consumer: a new group starts at the end, or at the beginning
+        // with --from-beginning; offsets are committed as records are printed.
+        config
+            .set("group.id", group)
+            .set("enable.auto.commit", "true")
+            // Only offsets of records already printed are committed.
+            .set("enable.auto.offset.store", "false")
+            .set(
+                "auto.offset.reset",
+                if args.from_beginning {
+                    "earliest"
+                } else {
+                    "latest"
+                },
+            );
+    }
     let consumer: BaseConsumer = config.create().context("creating the consumer")?;
+    if args.group.is_some() {
+        consumer
+            .subscribe(&[&args.topic])
+            .context("joining the group")?;
+        return print_records(&consumer, &args, &format);
+    }
     let start =
         match (args.offset.as_deref(), args.from_beginning) {
             (Some("earliest"), _) | (None, true) => Offset::Beginning,
@@ -221,7 +251,15 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
     consumer
         .assign(&assignment)
         .context("assigning partitions")?;
+    print_records(&consumer, &args, &format)
+}
 
+/// Prints records until `--max-messages` or `--timeout-ms`; with a group, commits at the end.
+fn print_records(
+    consumer: &BaseConsumer,
+    args: &ConsumerArgs,
+    format: &LineFormat,
+) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut count = 0u64;
     let idle_limit = args.timeout_ms.map(Duration::from_millis);
@@ -242,12 +280,23 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
                 }
                 out.write_all(message.payload().unwrap_or(b"null"))?;
                 out.write_all(b"\n")?;
+                if args.group.is_some() {
+                    consumer
+                        .store_offset_from_message(&message)
+                        .context("storing the offset of a printed record")?;
+                }
                 count += 1;
                 last = Instant::now();
             }
         }
     }
     out.flush()?;
+    if args.group.is_some() && count > 0 {
+        out.flush()?;
+        consumer
+            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+            .context("committing the group's offsets")?;
+    }
     eprintln!("Processed a total of {count} messages");
     Ok(())
 }

@@ -55,7 +55,11 @@ pub struct GroupsArgs {
 /// Runs `agent groups`.
 pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    let group = || args.group.as_deref().context("--group is required for this action");
+    let group = || {
+        args.group
+            .as_deref()
+            .context("--group is required for this action")
+    };
     if args.list {
         let consumer: BaseConsumer = client_config(&args.bootstrap_server, &[])?
             .create()
@@ -122,7 +126,11 @@ fn describe(bootstrap: &str, group: &str, out: &mut impl Write) -> anyhow::Resul
     // Who owns which partition, from the members' consumer-protocol assignments.
     let mut owners = Vec::new();
     for member in info.members() {
-        for (topic, partition) in member.assignment().map(decode_assignment).unwrap_or_default() {
+        for (topic, partition) in member
+            .assignment()
+            .map(decode_assignment)
+            .unwrap_or_default()
+        {
             owners.push((
                 topic,
                 partition,
@@ -162,7 +170,13 @@ fn describe(bootstrap: &str, group: &str, out: &mut impl Write) -> anyhow::Resul
         }
         let (_, end) = consumer
             .fetch_watermarks(element.topic(), element.partition(), REQUEST_TIMEOUT)
-            .with_context(|| format!("log end offset of {}-{}", element.topic(), element.partition()))?;
+            .with_context(|| {
+                format!(
+                    "log end offset of {}-{}",
+                    element.topic(),
+                    element.partition()
+                )
+            })?;
         rows.push(Row {
             topic: element.topic().to_owned(),
             partition: element.partition(),
@@ -173,7 +187,10 @@ fn describe(bootstrap: &str, group: &str, out: &mut impl Write) -> anyhow::Resul
     }
     rows.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
     if rows.is_empty() {
-        writeln!(out, "Consumer group '{group}' has no active members and no committed offsets.")?;
+        writeln!(
+            out,
+            "Consumer group '{group}' has no active members and no committed offsets."
+        )?;
         return Ok(());
     }
     let dash = || "-".to_owned();
@@ -187,7 +204,8 @@ fn describe(bootstrap: &str, group: &str, out: &mut impl Write) -> anyhow::Resul
                 r.partition.to_string(),
                 r.current.map_or_else(dash, |c| c.to_string()),
                 r.end.to_string(),
-                r.current.map_or_else(dash, |c| (r.end - c).max(0).to_string()),
+                r.current
+                    .map_or_else(dash, |c| (r.end - c).max(0).to_string()),
                 id,
                 host,
                 client,
@@ -272,7 +290,12 @@ fn reset(args: &GroupsArgs, group: &str, out: &mut impl Write) -> anyhow::Result
             None => high,
         };
         plan.add_partition_offset(topic, p, Offset::Offset(target))?;
-        rows.push([group.to_owned(), topic.to_owned(), p.to_string(), target.to_string()]);
+        rows.push([
+            group.to_owned(),
+            topic.to_owned(),
+            p.to_string(),
+            target.to_string(),
+        ]);
     }
     if args.execute {
         consumer
@@ -323,7 +346,9 @@ mod tests {
 
     #[test]
     fn decodes_consumer_assignments_and_survives_garbage() {
-        let mut bytes = vec![0, 0, 0, 0, 0, 1, 0, 1, b't', 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 5];
+        let mut bytes = vec![
+            0, 0, 0, 0, 0, 1, 0, 1, b't', 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 5,
+        ];
         bytes.extend_from_slice(&[0, 0, 0, 0]);
         assert_eq!(
             decode_assignment(&bytes),
