@@ -30,41 +30,47 @@ fn kill_repeatedly(dir: &std::path::Path, config: &str, rng: &mut Lcg, rounds: u
         let status = agent.wait(Duration::from_secs(30));
         assert!(
             !status.success(),
-            "round {round}: the agent finished before the kill"
+            "round {round}: the agent finished before the kill; make the run longer"
         );
     }
 }
 
-#[test]
-fn seq_through_file_channel_to_file_roll_is_exactly_once_across_sigkills() {
-    const TOTAL: usize = 1_000_000;
-    let seed = crash_seed();
-    let mut rng = Lcg(seed);
-    let dir = tempfile::tempdir().unwrap();
-    let config = format!(
+/// seq → a `channel_type` channel → file_roll into `./out`, state in `./state`.
+fn seq_to_file_roll(total: usize, channel_type: &str) -> String {
+    format!(
         "\
 agent:
   data_dir: ./state
 sources:
   numbers:
     type: seq
-    channels: [durable]
+    channels: [buffer]
     batch_size: 500
-    total_events: {TOTAL}
+    total_events: {total}
 channels:
-  durable:
-    type: file
+  buffer:
+    type: {channel_type}
     capacity: 20000
     transaction_capacity: 1000
 sinks:
   files:
     type: file_roll
-    channel: durable
+    channel: buffer
     batch_size: 700
     directory: ./out
     roll_size: 256KiB
 "
-    );
+    )
+}
+
+#[test]
+fn seq_through_file_channel_to_file_roll_is_exactly_once_across_sigkills() {
+    // Enough that ten short runs cannot finish it, even on an idle machine.
+    const TOTAL: usize = 2_000_000;
+    let seed = crash_seed();
+    let mut rng = Lcg(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let config = seq_to_file_roll(TOTAL, "file");
     let out = dir.path().join("out");
     kill_repeatedly(dir.path(), &config, &mut rng, 10);
     // The last run goes to completion: the source ends, the channel drains, the agent exits.
@@ -196,34 +202,13 @@ sinks:
 
 #[test]
 fn seq_through_memory_channel_loses_nothing_across_sigkills() {
-    const TOTAL: usize = 1_000_000;
+    // Larger than the file channel's run: without fsyncs the agent is fast enough to finish
+    // 1,000,000 events within the ten short runs.
+    const TOTAL: usize = 4_000_000;
     let seed = crash_seed();
     let mut rng = Lcg(seed);
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "\
-agent:
-  data_dir: ./state
-sources:
-  numbers:
-    type: seq
-    channels: [volatile]
-    batch_size: 500
-    total_events: {TOTAL}
-channels:
-  volatile:
-    type: memory
-    capacity: 20000
-    transaction_capacity: 1000
-sinks:
-  files:
-    type: file_roll
-    channel: volatile
-    batch_size: 700
-    directory: ./out
-    roll_size: 256KiB
-"
-    );
+    let config = seq_to_file_roll(TOTAL, "memory");
     let out = dir.path().join("out");
     kill_repeatedly(dir.path(), &config, &mut rng, 10);
     let mut agent = Agent::start(dir.path(), &config);
