@@ -105,12 +105,17 @@ async fn run_pipeline(topology: Topology, stop: Shutdown) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Sleeps for `backoff` unless `stop` fires first; returns whether it fired.
-async fn backoff_or_stop(backoff: &mut Duration, stop: &Shutdown) -> bool {
+/// Sleeps for `backoff`, then doubles it up to [`MAX_BACKOFF`].
+async fn back_off(backoff: &mut Duration) {
     let wait = *backoff;
     *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    tokio::time::sleep(wait).await;
+}
+
+/// Like [`back_off`], unless `stop` fires first; returns whether it fired.
+async fn backoff_or_stop(backoff: &mut Duration, stop: &Shutdown) -> bool {
     tokio::select! {
-        _ = tokio::time::sleep(wait) => stop.is_triggered(),
+        _ = back_off(backoff) => stop.is_triggered(),
         _ = stop.wait() => true,
     }
 }
@@ -200,8 +205,7 @@ async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
     let mut backoff = MIN_BACKOFF;
     while let Err(e) = sink.start(&ctx).await {
         error!(sink = %name, error = %e, "sink cannot start; retrying");
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        back_off(&mut backoff).await;
     }
     backoff = MIN_BACKOFF;
     loop {
@@ -217,8 +221,7 @@ async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
             Ok(take) => take,
             Err(e) => {
                 error!(sink = %name, error = %e, "cannot take from channel");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                back_off(&mut backoff).await;
                 continue;
             }
         };
@@ -260,8 +263,7 @@ async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
                 if let Err(e) = take.rollback().await {
                     error!(sink = %name, error = %e, "cannot roll back take");
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                back_off(&mut backoff).await;
             }
         }
     }

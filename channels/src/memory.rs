@@ -110,28 +110,30 @@ impl MemoryChannel {
         Ok(Self::new(cfg.name(), &options))
     }
 
+    /// Events and bytes of a batch that fits the limits; bytes are only counted (a pass over
+    /// every event) when `byte_capacity` is set.
     fn check_batch(&self, batch: &PutBatch) -> Result<(usize, usize), ChannelError> {
         let n = batch.events.len();
-        let bytes: usize = batch.events.iter().map(Event::byte_size).sum();
-        let limit = if n > self.0.transaction_capacity {
-            Some(format!(
-                "transaction_capacity {}",
-                self.0.transaction_capacity
-            ))
-        } else if bytes as u64 > self.0.byte_capacity || bytes > u32::MAX as usize {
-            Some(format!("byte_capacity {}", ByteSize(self.0.byte_capacity)))
-        } else {
-            None
+        let count_bytes = || batch.events.iter().map(Event::byte_size).sum::<usize>();
+        let too_large = |bytes, limit| ChannelError::BatchTooLarge {
+            channel: self.0.name.clone(),
+            events: n,
+            bytes,
+            limit,
         };
-        match limit {
-            Some(limit) => Err(ChannelError::BatchTooLarge {
-                channel: self.0.name.clone(),
-                events: n,
-                bytes,
-                limit,
-            }),
-            None => Ok((n, bytes)),
+        if n > self.0.transaction_capacity {
+            let limit = format!("transaction_capacity {}", self.0.transaction_capacity);
+            return Err(too_large(count_bytes(), limit));
         }
+        if self.0.bytes.is_none() {
+            return Ok((n, 0));
+        }
+        let bytes = count_bytes();
+        if bytes as u64 > self.0.byte_capacity || bytes > u32::MAX as usize {
+            let limit = format!("byte_capacity {}", ByteSize(self.0.byte_capacity));
+            return Err(too_large(bytes, limit));
+        }
+        Ok((n, bytes))
     }
 
     fn store(&self, batch: PutBatch) {

@@ -196,10 +196,15 @@ impl StateStore {
         sql_error(&self.0.path, error)
     }
 
+    /// The table id of `channel` if this handle has seen it already (no database access).
+    fn known_channel_id(&self, channel: &str) -> Option<i64> {
+        lock(&self.0.channels).get(channel).copied()
+    }
+
     /// The table id of `channel`, creating the channel on first use.
     fn channel_id(&self, conn: &Connection, channel: &str) -> Result<i64, StateError> {
-        if let Some(id) = lock(&self.0.channels).get(channel) {
-            return Ok(*id);
+        if let Some(id) = self.known_channel_id(channel) {
+            return Ok(id);
         }
         let existing: Option<i64> = conn
             .query_row(
@@ -303,9 +308,14 @@ impl StateStore {
 
     /// Reads up to `max` events of `channel` with sequence numbers from `from` on.
     pub fn read(&self, channel: &str, from: u64, max: usize) -> Result<StoredEvents, StateError> {
-        let id = {
-            let writer = lock(&self.0.writer);
-            self.channel_id(&writer.conn, channel)?
+        // Only a channel never seen needs the writer (to create its table); otherwise a read
+        // must not wait behind a put's fsync.
+        let id = match self.known_channel_id(channel) {
+            Some(id) => id,
+            None => {
+                let writer = lock(&self.0.writer);
+                self.channel_id(&writer.conn, channel)?
+            }
         };
         let conn = lock(&self.0.reader);
         let mut select = conn
