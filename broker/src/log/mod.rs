@@ -5,7 +5,9 @@
 //!     00000000000000000000.log         record batches, appended as received
 //!     00000000000000000000.index       sparse offset index
 //!     00000000000000000000.timeindex   sparse time index
+//!     00000000000000000000.txnindex    aborted transactions (only once there is one)
 //!     00000000000000052311.log         next segment, named by its base offset
+//!     00000000000000052311.snapshot    producer state as of that offset
 //!     ...
 //! ```
 //!
@@ -14,6 +16,17 @@
 //! | `.log`       | record batch v2 (see [`batch`]), back to back  | any       |
 //! | `.index`     | relative offset u32 BE, file position u32 BE   | 8 bytes   |
 //! | `.timeindex` | max timestamp so far i64 BE, relative offset u32 BE | 12 bytes |
+//! | `.txnindex`  | an aborted transaction (see `txn_index`)       | 34 bytes  |
+//! | `.snapshot`  | every producer's state (see `producers`)       | any       |
+//!
+//! Idempotent and transactional producers: each partition keeps its producers' state
+//! (`producers`), checks every batch of an idempotent producer against it (retries are
+//! acknowledged without a second append) and tracks open transactions, whose oldest first
+//! offset is the last stable offset. Transaction markers are control batches (`control`)
+//! appended by the transaction coordinator. The state is snapshotted when a segment rolls and
+//! on clean shutdown (the two newest snapshots are kept); on open the newest snapshot not past
+//! the log end is loaded and the batches after it replayed, which also restores `.txnindex`
+//! entries a crash lost.
 //!
 //! Invariants and life cycle:
 //! - Offsets only grow. The broker assigns them by writing the batch's base offset into its
