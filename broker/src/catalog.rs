@@ -453,9 +453,11 @@ impl Catalog {
         self.with("allocate a producer id", |conn| {
             let tx = conn.transaction()?;
             let id: i64 = tx
-                .query_row("SELECT next_id FROM producer_ids WHERE singleton = 0", [], |r| {
-                    r.get(0)
-                })
+                .query_row(
+                    "SELECT next_id FROM producer_ids WHERE singleton = 0",
+                    [],
+                    |r| r.get(0),
+                )
                 .optional()?
                 .unwrap_or(0);
             tx.execute(
@@ -613,7 +615,10 @@ impl Catalog {
     }
 }
 
-fn save_transaction(tx: &rusqlite::Transaction<'_>, txn: &TransactionRecord) -> rusqlite::Result<()> {
+fn save_transaction(
+    tx: &rusqlite::Transaction<'_>,
+    txn: &TransactionRecord,
+) -> rusqlite::Result<()> {
     tx.execute(
         "INSERT INTO transactions (transactional_id, producer_id, last_producer_id, producer_epoch,
          last_producer_epoch, timeout_ms, state, start_ms, last_update_ms)

@@ -396,25 +396,32 @@ impl TxnCoordinator {
                 || producer_id == txn.producer_id
                 || (producer_id == txn.last_producer_id && epoch_exhausted(epoch));
             if !valid {
-                tracing::info!(transactional_id = id, producer_id, epoch,
-                    current = txn.producer_id, "InitProducerId names another producer: fenced");
+                tracing::info!(
+                    transactional_id = id,
+                    producer_id,
+                    epoch,
+                    current = txn.producer_id,
+                    "InitProducerId names another producer: fenced"
+                );
                 return Err(ResponseError::ProducerFenced);
             }
         }
-        match txn.state {
-            TxnState::PrepareCommit | TxnState::PrepareAbort => {
-                if !self.finish(topics, txn, now) {
-                    return Err(ResponseError::ConcurrentTransactions);
-                }
-            }
+        // A transaction that is still open or completing ends first (aborted, for an open one).
+        let ended = match txn.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort => self.finish(topics, txn, now),
             TxnState::Ongoing => {
-                tracing::info!(transactional_id = id, producer_id = txn.producer_id,
-                    epoch = txn.producer_epoch, "new producer instance: aborting the open transaction of the previous one");
-                if !self.fence(topics, txn, now)? {
-                    return Err(ResponseError::ConcurrentTransactions);
-                }
+                tracing::info!(
+                    transactional_id = id,
+                    producer_id = txn.producer_id,
+                    epoch = txn.producer_epoch,
+                    "new producer instance: aborting the open transaction of the previous one"
+                );
+                self.fence(topics, txn, now)?
             }
-            _ => {}
+            _ => true,
+        };
+        if !ended {
+            return Err(ResponseError::ConcurrentTransactions);
         }
         let mut next = Txn {
             timeout_ms,
@@ -436,8 +443,12 @@ impl TxnCoordinator {
             } else {
                 NO_PRODUCER_EPOCH
             };
-            tracing::info!(transactional_id = id, old = txn.producer_id, new = next.producer_id,
-                "producer epoch exhausted: new producer id");
+            tracing::info!(
+                transactional_id = id,
+                old = txn.producer_id,
+                new = next.producer_id,
+                "producer epoch exhausted: new producer id"
+            );
         } else {
             let bumped = txn.producer_epoch.checked_add(1);
             match (expected, bumped) {
@@ -454,15 +465,23 @@ impl TxnCoordinator {
                 // A retry of a bump whose answer was lost: the same epoch again.
                 (Some((_, epoch)), _) if epoch == txn.last_producer_epoch => {}
                 _ => {
-                    tracing::info!(transactional_id = id, epoch = txn.producer_epoch, ?expected,
-                        "InitProducerId with a stale epoch: fenced");
+                    tracing::info!(
+                        transactional_id = id,
+                        epoch = txn.producer_epoch,
+                        ?expected,
+                        "InitProducerId with a stale epoch: fenced"
+                    );
                     return Err(ResponseError::ProducerFenced);
                 }
             }
         }
         self.transition(txn, next)?;
-        tracing::info!(transactional_id = id, producer_id = txn.producer_id,
-            epoch = txn.producer_epoch, "initialized transactional producer");
+        tracing::info!(
+            transactional_id = id,
+            producer_id = txn.producer_id,
+            epoch = txn.producer_epoch,
+            "initialized transactional producer"
+        );
         Ok((txn.producer_id, txn.producer_epoch))
     }
 
@@ -532,8 +551,12 @@ impl TxnCoordinator {
         };
         txn.check_producer(producer_id, epoch)?;
         if txn.state != TxnState::Ongoing || !txn.groups.contains(group_id) {
-            tracing::debug!(transactional_id, group = group_id, state = txn.state.name(),
-                "TxnOffsetCommit for a group not in the open transaction");
+            tracing::debug!(
+                transactional_id,
+                group = group_id,
+                state = txn.state.name(),
+                "TxnOffsetCommit for a group not in the open transaction"
+            );
             return Err(ResponseError::InvalidTxnState);
         }
         if offsets.is_empty() {
@@ -588,8 +611,12 @@ impl TxnCoordinator {
                 }
             }
             (state, _) => {
-                tracing::debug!(transactional_id, state = state.name(), commit,
-                    "EndTxn in a state that cannot end that way");
+                tracing::debug!(
+                    transactional_id,
+                    state = state.name(),
+                    commit,
+                    "EndTxn in a state that cannot end that way"
+                );
                 Err(ResponseError::InvalidTxnState)
             }
         }
@@ -728,12 +755,17 @@ mod tests {
     use super::*;
     use crate::api::tests::context;
     use crate::groups::{Committer, OffsetToCommit};
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
     use std::collections::BTreeMap;
 
     const T0: i64 = 1_000_000;
 
     fn set(partitions: &[(&str, i32)]) -> BTreeSet<(String, i32)> {
-        partitions.iter().map(|(t, p)| (t.to_string(), *p)).collect()
+        partitions
+            .iter()
+            .map(|(t, p)| (t.to_string(), *p))
+            .collect()
     }
 
     fn end_offset(ctx: &crate::api::Context, topic: &str, partition: i32) -> i64 {
@@ -778,7 +810,9 @@ mod tests {
 
     fn with_topic(dir: &std::path::Path) -> Arc<crate::api::Context> {
         let ctx = context(dir);
-        ctx.topics.create("x", 2, 1, BTreeMap::new(), false).unwrap();
+        ctx.topics
+            .create("x", 2, 1, BTreeMap::new(), false)
+            .unwrap();
         ctx
     }
 
@@ -786,13 +820,22 @@ mod tests {
     fn idempotent_producers_get_fresh_ids_never_reused_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        let a = ctx.txns.init_producer_id(&ctx.topics, None, 0, None, T0).unwrap();
-        let b = ctx.txns.init_producer_id(&ctx.topics, None, 0, None, T0).unwrap();
+        let a = ctx
+            .txns
+            .init_producer_id(&ctx.topics, None, 0, None, T0)
+            .unwrap();
+        let b = ctx
+            .txns
+            .init_producer_id(&ctx.topics, None, 0, None, T0)
+            .unwrap();
         assert_eq!((a.1, b.1), (0, 0));
         assert!(b.0 > a.0);
         drop(ctx);
         let ctx = context(dir.path());
-        let c = ctx.txns.init_producer_id(&ctx.topics, None, 0, None, T0).unwrap();
+        let c = ctx
+            .txns
+            .init_producer_id(&ctx.topics, None, 0, None, T0)
+            .unwrap();
         assert!(c.0 > b.0);
     }
 
@@ -801,9 +844,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = with_topic(dir.path());
         let txns = &ctx.txns;
-        let (pid, e0) = txns.init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0).unwrap();
+        let (pid, e0) = txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
         assert_eq!(e0, 0);
-        let (pid2, e1) = txns.init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0).unwrap();
+        let (pid2, e1) = txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
         assert_eq!((pid2, e1), (pid, 1));
         let p = set(&[("x", 0)]);
         let old = txns.add(&ctx.topics, "t", pid, e0, Addition::Partitions(&p), T0);
@@ -813,14 +860,29 @@ mod tests {
             ResponseError::InvalidProducerEpoch
         );
         assert_eq!(
-            txns.add(&ctx.topics, "t", pid + 100, e1, Addition::Partitions(&p), T0),
+            txns.add(
+                &ctx.topics,
+                "t",
+                pid + 100,
+                e1,
+                Addition::Partitions(&p),
+                T0
+            ),
             Err(ResponseError::InvalidProducerIdMapping)
         );
         assert_eq!(
-            txns.add(&ctx.topics, "unknown", pid, e1, Addition::Partitions(&p), T0),
+            txns.add(
+                &ctx.topics,
+                "unknown",
+                pid,
+                e1,
+                Addition::Partitions(&p),
+                T0
+            ),
             Err(ResponseError::InvalidProducerIdMapping)
         );
-        txns.add(&ctx.topics, "t", pid, e1, Addition::Partitions(&p), T0).unwrap();
+        txns.add(&ctx.topics, "t", pid, e1, Addition::Partitions(&p), T0)
+            .unwrap();
         assert_eq!(state(&ctx, "t"), TxnState::Ongoing);
         assert_eq!(
             txns.end(&ctx.topics, "t", pid, e0, true, T0),
@@ -834,12 +896,14 @@ mod tests {
         let ctx = context(dir.path());
         for timeout in [0, 900_001] {
             assert_eq!(
-                ctx.txns.init_producer_id(&ctx.topics, Some("t"), timeout, None, T0),
+                ctx.txns
+                    .init_producer_id(&ctx.topics, Some("t"), timeout, None, T0),
                 Err(ResponseError::InvalidTransactionTimeout)
             );
         }
         assert_eq!(
-            ctx.txns.init_producer_id(&ctx.topics, Some(""), 1000, None, T0),
+            ctx.txns
+                .init_producer_id(&ctx.topics, Some(""), 1000, None, T0),
             Err(ResponseError::InvalidRequest)
         );
     }
@@ -849,30 +913,48 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = with_topic(dir.path());
         let txns = &ctx.txns;
-        let (pid, epoch) = txns.init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0).unwrap();
+        let (pid, epoch) = txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
         assert_eq!(
             txns.end(&ctx.topics, "t", pid, epoch, true, T0),
             Err(ResponseError::InvalidTxnState),
             "nothing to commit in Empty"
         );
         let p = set(&[("x", 0), ("x", 1)]);
-        txns.add(&ctx.topics, "t", pid, epoch, Addition::Partitions(&p), T0).unwrap();
+        txns.add(&ctx.topics, "t", pid, epoch, Addition::Partitions(&p), T0)
+            .unwrap();
         let described = txns.describe("t").unwrap();
         assert_eq!((described.start_ms, described.partitions), (T0, p.clone()));
-        txns.end(&ctx.topics, "t", pid, epoch, true, T0 + 5).unwrap();
+        txns.end(&ctx.topics, "t", pid, epoch, true, T0 + 5)
+            .unwrap();
         assert_eq!(state(&ctx, "t"), TxnState::CompleteCommit);
         assert_eq!((end_offset(&ctx, "x", 0), end_offset(&ctx, "x", 1)), (1, 1));
-        txns.end(&ctx.topics, "t", pid, epoch, true, T0 + 6).unwrap();
+        txns.end(&ctx.topics, "t", pid, epoch, true, T0 + 6)
+            .unwrap();
         assert_eq!(
             txns.end(&ctx.topics, "t", pid, epoch, false, T0 + 6),
             Err(ResponseError::InvalidTxnState)
         );
-        assert_eq!(end_offset(&ctx, "x", 0), 1, "a retry writes no second marker");
+        assert_eq!(
+            end_offset(&ctx, "x", 0),
+            1,
+            "a retry writes no second marker"
+        );
         // The next transaction starts afresh.
         let q = set(&[("x", 1)]);
-        txns.add(&ctx.topics, "t", pid, epoch, Addition::Partitions(&q), T0 + 7).unwrap();
+        txns.add(
+            &ctx.topics,
+            "t",
+            pid,
+            epoch,
+            Addition::Partitions(&q),
+            T0 + 7,
+        )
+        .unwrap();
         assert_eq!(txns.describe("t").unwrap().partitions, q);
-        txns.end(&ctx.topics, "t", pid, epoch, false, T0 + 8).unwrap();
+        txns.end(&ctx.topics, "t", pid, epoch, false, T0 + 8)
+            .unwrap();
         assert_eq!(state(&ctx, "t"), TxnState::CompleteAbort);
         assert_eq!((end_offset(&ctx, "x", 0), end_offset(&ctx, "x", 1)), (1, 2));
     }
@@ -882,10 +964,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = with_topic(dir.path());
         let txns = &ctx.txns;
-        let (pid, e0) = txns.init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0).unwrap();
+        let (pid, e0) = txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
         let p = set(&[("x", 0)]);
-        txns.add(&ctx.topics, "t", pid, e0, Addition::Partitions(&p), T0).unwrap();
-        let (pid2, e2) = txns.init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0).unwrap();
+        txns.add(&ctx.topics, "t", pid, e0, Addition::Partitions(&p), T0)
+            .unwrap();
+        let (pid2, e2) = txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
         // One bump for the fence (the abort marker's epoch), one for the new instance.
         assert_eq!((pid2, e2), (pid, 2));
         assert_eq!(state(&ctx, "t"), TxnState::Empty);
@@ -897,7 +984,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
         let txns = &ctx.txns;
-        let (pid, e0) = txns.init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0).unwrap();
+        let (pid, e0) = txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
         let bumped = txns
             .init_producer_id(&ctx.topics, Some("t"), 60_000, Some((pid, e0)), T0)
             .unwrap();
@@ -920,9 +1009,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
         let txns = &ctx.txns;
-        let (pid, _) = txns.init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0).unwrap();
+        let (pid, _) = txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
         txns.lock().get_mut("t").unwrap().producer_epoch = i16::MAX - 2;
-        let last = txns.init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0).unwrap();
+        let last = txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
         assert_eq!(last, (pid, i16::MAX - 1));
         let rotated = txns
             .init_producer_id(&ctx.topics, Some("t"), 60_000, Some(last), T0)
@@ -946,21 +1039,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = with_topic(dir.path());
         let txns = &ctx.txns;
-        let (pid, epoch) = txns.init_producer_id(&ctx.topics, Some("t"), 1000, None, T0).unwrap();
+        let (pid, epoch) = txns
+            .init_producer_id(&ctx.topics, Some("t"), 1000, None, T0)
+            .unwrap();
         let p = set(&[("x", 0)]);
-        txns.add(&ctx.topics, "t", pid, epoch, Addition::Partitions(&p), T0).unwrap();
+        txns.add(&ctx.topics, "t", pid, epoch, Addition::Partitions(&p), T0)
+            .unwrap();
         txns.tick(&ctx.topics, T0 + 1000);
         assert_eq!(state(&ctx, "t"), TxnState::Ongoing);
         txns.tick(&ctx.topics, T0 + 1001);
         let d = txns.describe("t").unwrap();
-        assert_eq!((d.state, d.producer_epoch), (TxnState::CompleteAbort, epoch + 1));
+        assert_eq!(
+            (d.state, d.producer_epoch),
+            (TxnState::CompleteAbort, epoch + 1)
+        );
         assert_eq!(end_offset(&ctx, "x", 0), 1, "abort marker written");
         assert_eq!(
             txns.end(&ctx.topics, "t", pid, epoch, true, T0 + 1002),
             Err(ResponseError::ProducerFenced)
         );
         assert_eq!(
-            txns.add(&ctx.topics, "t", pid, epoch, Addition::Partitions(&p), T0 + 1002),
+            txns.add(
+                &ctx.topics,
+                "t",
+                pid,
+                epoch,
+                Addition::Partitions(&p),
+                T0 + 1002
+            ),
             Err(ResponseError::ProducerFenced)
         );
     }
@@ -969,13 +1075,21 @@ mod tests {
     fn an_ongoing_transaction_keeps_its_start_time_across_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = with_topic(dir.path());
-        let (pid, epoch) = ctx.txns.init_producer_id(&ctx.topics, Some("t"), 1000, None, T0).unwrap();
+        let (pid, epoch) = ctx
+            .txns
+            .init_producer_id(&ctx.topics, Some("t"), 1000, None, T0)
+            .unwrap();
         let p = set(&[("x", 1)]);
-        ctx.txns.add(&ctx.topics, "t", pid, epoch, Addition::Partitions(&p), T0).unwrap();
+        ctx.txns
+            .add(&ctx.topics, "t", pid, epoch, Addition::Partitions(&p), T0)
+            .unwrap();
         drop(ctx);
         let ctx = context(dir.path());
         let d = ctx.txns.describe("t").unwrap();
-        assert_eq!((d.state, d.start_ms, d.partitions), (TxnState::Ongoing, T0, p));
+        assert_eq!(
+            (d.state, d.start_ms, d.partitions),
+            (TxnState::Ongoing, T0, p)
+        );
         ctx.txns.tick(&ctx.topics, T0 + 2000);
         assert_eq!(state(&ctx, "t"), TxnState::CompleteAbort);
         assert_eq!(end_offset(&ctx, "x", 1), 1);
@@ -985,15 +1099,23 @@ mod tests {
     fn idle_transactional_ids_expire() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        ctx.txns.init_producer_id(&ctx.topics, Some("t"), 1000, None, T0).unwrap();
+        ctx.txns
+            .init_producer_id(&ctx.topics, Some("t"), 1000, None, T0)
+            .unwrap();
         let expiry = BrokerConfig::default().transactional_id_expiration_ms;
         ctx.txns.tick(&ctx.topics, T0 + expiry - 1);
         assert!(ctx.txns.describe("t").is_ok());
         ctx.txns.tick(&ctx.topics, T0 + expiry);
-        assert_eq!(ctx.txns.describe("t"), Err(ResponseError::TransactionalIdNotFound));
+        assert_eq!(
+            ctx.txns.describe("t"),
+            Err(ResponseError::TransactionalIdNotFound)
+        );
         drop(ctx);
         let ctx = context(dir.path());
-        assert_eq!(ctx.txns.describe("t"), Err(ResponseError::TransactionalIdNotFound));
+        assert_eq!(
+            ctx.txns.describe("t"),
+            Err(ResponseError::TransactionalIdNotFound)
+        );
     }
 
     #[test]
@@ -1001,13 +1123,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = with_topic(dir.path());
         let txns = &ctx.txns;
-        let ids = txns.init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0).unwrap();
+        let ids = txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
         assert_eq!(
             commit_in_txn(&ctx, "t", ids, "g", vec![offset("x", 0, 5)]),
             Err(ResponseError::InvalidTxnState),
             "the group was not added to a transaction"
         );
-        txns.add(&ctx.topics, "t", ids.0, ids.1, Addition::Group("g"), T0).unwrap();
+        txns.add(&ctx.topics, "t", ids.0, ids.1, Addition::Group("g"), T0)
+            .unwrap();
         commit_in_txn(&ctx, "t", ids, "g", vec![offset("x", 0, 5)]).unwrap();
         assert!(ctx.groups.committed("g").unwrap().is_empty());
         assert_eq!(txns.pending_offsets("g").unwrap(), set(&[("x", 0)]));
@@ -1016,11 +1141,15 @@ mod tests {
         let committed = ctx.groups.committed("g").unwrap();
         assert_eq!(committed[&("x".to_string(), 0)].offset, 5);
         // An aborted transaction's offsets never show.
-        txns.add(&ctx.topics, "t", ids.0, ids.1, Addition::Group("g"), T0).unwrap();
+        txns.add(&ctx.topics, "t", ids.0, ids.1, Addition::Group("g"), T0)
+            .unwrap();
         commit_in_txn(&ctx, "t", ids, "g", vec![offset("x", 0, 9)]).unwrap();
         txns.end(&ctx.topics, "t", ids.0, ids.1, false, T0).unwrap();
         assert!(txns.pending_offsets("g").unwrap().is_empty());
-        assert_eq!(ctx.groups.committed("g").unwrap()[&("x".to_string(), 0)].offset, 5);
+        assert_eq!(
+            ctx.groups.committed("g").unwrap()[&("x".to_string(), 0)].offset,
+            5
+        );
     }
 
     #[test]
@@ -1056,10 +1185,17 @@ mod tests {
     fn a_prepared_transaction_is_completed_at_start() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = with_topic(dir.path());
-        let ids = ctx.txns.init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0).unwrap();
+        let ids = ctx
+            .txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
         let p = set(&[("x", 0), ("x", 1)]);
-        ctx.txns.add(&ctx.topics, "t", ids.0, ids.1, Addition::Partitions(&p), T0).unwrap();
-        ctx.txns.add(&ctx.topics, "t", ids.0, ids.1, Addition::Group("g"), T0).unwrap();
+        ctx.txns
+            .add(&ctx.topics, "t", ids.0, ids.1, Addition::Partitions(&p), T0)
+            .unwrap();
+        ctx.txns
+            .add(&ctx.topics, "t", ids.0, ids.1, Addition::Group("g"), T0)
+            .unwrap();
         commit_in_txn(&ctx, "t", ids, "g", vec![offset("x", 1, 42)]).unwrap();
         // The broker stopped right after recording the decision.
         let mut record = ctx.txns.lock()["t"].record();
@@ -1069,19 +1205,32 @@ mod tests {
         let ctx = context(dir.path());
         assert_eq!(state(&ctx, "t"), TxnState::CompleteCommit);
         assert_eq!((end_offset(&ctx, "x", 0), end_offset(&ctx, "x", 1)), (1, 1));
-        assert_eq!(ctx.groups.committed("g").unwrap()[&("x".to_string(), 1)].offset, 42);
+        assert_eq!(
+            ctx.groups.committed("g").unwrap()[&("x".to_string(), 1)].offset,
+            42
+        );
         // The producer goes on where it was.
-        ctx.txns.end(&ctx.topics, "t", ids.0, ids.1, true, T0).unwrap();
+        ctx.txns
+            .end(&ctx.topics, "t", ids.0, ids.1, true, T0)
+            .unwrap();
     }
 
     #[test]
     fn list_filters_by_state_producer_and_duration() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = with_topic(dir.path());
-        let a = ctx.txns.init_producer_id(&ctx.topics, Some("a"), 60_000, None, T0).unwrap();
-        let b = ctx.txns.init_producer_id(&ctx.topics, Some("b"), 60_000, None, T0).unwrap();
+        let a = ctx
+            .txns
+            .init_producer_id(&ctx.topics, Some("a"), 60_000, None, T0)
+            .unwrap();
+        let b = ctx
+            .txns
+            .init_producer_id(&ctx.topics, Some("b"), 60_000, None, T0)
+            .unwrap();
         let p = set(&[("x", 0)]);
-        ctx.txns.add(&ctx.topics, "b", b.0, b.1, Addition::Partitions(&p), T0).unwrap();
+        ctx.txns
+            .add(&ctx.topics, "b", b.0, b.1, Addition::Partitions(&p), T0)
+            .unwrap();
         let ids = |l: Vec<TxnDescription>| {
             l.into_iter()
                 .map(|d| d.transactional_id)
@@ -1090,9 +1239,163 @@ mod tests {
         assert_eq!(ids(ctx.txns.list(&[], &[], -1, T0)), ["a", "b"]);
         assert_eq!(ids(ctx.txns.list(&[TxnState::Ongoing], &[], -1, T0)), ["b"]);
         assert_eq!(ids(ctx.txns.list(&[], &[a.0], -1, T0)), ["a"]);
-        assert!(ctx.txns.list(&[TxnState::Ongoing], &[], 100, T0 + 100).is_empty());
-        assert_eq!(ids(ctx.txns.list(&[TxnState::Ongoing], &[], 100, T0 + 101)), ["b"]);
-        assert_eq!(TxnState::from_name("PrepareEpochFence"), Some(TxnState::PrepareEpochFence));
+        assert!(
+            ctx.txns
+                .list(&[TxnState::Ongoing], &[], 100, T0 + 100)
+                .is_empty()
+        );
+        assert_eq!(
+            ids(ctx.txns.list(&[TxnState::Ongoing], &[], 100, T0 + 101)),
+            ["b"]
+        );
+        assert_eq!(
+            TxnState::from_name("PrepareEpochFence"),
+            Some(TxnState::PrepareEpochFence)
+        );
         assert_eq!(TxnState::from_name("Nope"), None);
+    }
+
+    /// Sends a request through the routes as a client would and decodes the answer.
+    async fn call<Q, R>(ctx: &Arc<crate::api::Context>, key: ApiKey, version: i16, request: Q) -> R
+    where
+        Q: Encodable,
+        R: Decodable,
+    {
+        let mut body = bytes::BytesMut::new();
+        request.encode(&mut body, version).unwrap();
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(1);
+        let route = crate::api::route_for(key as i16).unwrap();
+        let frame = route
+            .call(ctx, header, body.freeze())
+            .await
+            .unwrap()
+            .unwrap();
+        let mut bytes = frame.bytes.slice(4..);
+        ResponseHeader::decode(&mut bytes, key.response_header_version(version)).unwrap();
+        R::decode(&mut bytes, version).unwrap()
+    }
+
+    fn txn_id(id: &'static str) -> TransactionalId {
+        TransactionalId(StrBytes::from_static_str(id))
+    }
+
+    #[tokio::test]
+    async fn find_coordinator_answers_for_transactions_with_this_broker() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let request = FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_static_str("t"))
+            .with_key_type(1);
+        let response: FindCoordinatorResponse =
+            call(&ctx, ApiKey::FindCoordinator, 3, request).await;
+        assert_eq!(response.error_code, 0);
+        assert_eq!((response.node_id.0, response.port), (0, 9092));
+    }
+
+    #[tokio::test]
+    async fn old_versions_hear_invalid_producer_epoch_where_new_ones_hear_producer_fenced() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let init = |version| {
+            let request = InitProducerIdRequest::default()
+                .with_transactional_id(Some(txn_id("t")))
+                .with_transaction_timeout_ms(60_000);
+            call::<_, InitProducerIdResponse>(&ctx, ApiKey::InitProducerId, version, request)
+        };
+        let first = init(4).await;
+        assert_eq!((first.error_code, first.producer_epoch), (0, 0));
+        let second = init(4).await;
+        assert_eq!(second.producer_epoch, 1);
+        for (version, expected) in [
+            (1, ResponseError::InvalidProducerEpoch),
+            (3, ResponseError::ProducerFenced),
+        ] {
+            let request = EndTxnRequest::default()
+                .with_transactional_id(txn_id("t"))
+                .with_producer_id(first.producer_id)
+                .with_producer_epoch(first.producer_epoch)
+                .with_committed(true);
+            let response: EndTxnResponse = call(&ctx, ApiKey::EndTxn, version, request).await;
+            assert_eq!(response.error_code, expected.code(), "EndTxn v{version}");
+        }
+    }
+
+    #[tokio::test]
+    async fn add_partitions_with_an_unknown_partition_adds_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = with_topic(dir.path());
+        let (pid, epoch) = ctx
+            .txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
+        let topic = |name: &'static str, partitions: Vec<i32>| {
+            add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str(name)))
+                .with_partitions(partitions)
+        };
+        let request = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(txn_id("t"))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![topic("x", vec![0, 5])]);
+        let response: AddPartitionsToTxnResponse =
+            call(&ctx, ApiKey::AddPartitionsToTxn, 3, request).await;
+        let codes: Vec<i16> = response.results_by_topic_v3_and_below[0]
+            .results_by_partition
+            .iter()
+            .map(|p| p.partition_error_code)
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                ResponseError::OperationNotAttempted.code(),
+                ResponseError::UnknownTopicOrPartition.code()
+            ]
+        );
+        assert_eq!(state(&ctx, "t"), TxnState::Empty);
+    }
+
+    #[tokio::test]
+    async fn offset_fetch_requiring_stable_offsets_waits_for_the_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = with_topic(dir.path());
+        let ids = ctx
+            .txns
+            .init_producer_id(&ctx.topics, Some("t"), 60_000, None, T0)
+            .unwrap();
+        ctx.txns
+            .add(&ctx.topics, "t", ids.0, ids.1, Addition::Group("g"), T0)
+            .unwrap();
+        commit_in_txn(&ctx, "t", ids, "g", vec![offset("x", 0, 5)]).unwrap();
+        let ctx = &ctx;
+        let fetch = |require_stable| {
+            let request = OffsetFetchRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g")))
+                .with_topics(Some(vec![
+                    offset_fetch_request::OffsetFetchRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_static_str("x")))
+                        .with_partition_indexes(vec![0, 1]),
+                ]))
+                .with_require_stable(require_stable);
+            async move {
+                let response: OffsetFetchResponse =
+                    call(ctx, ApiKey::OffsetFetch, 7, request).await;
+                response.topics[0]
+                    .partitions
+                    .iter()
+                    .map(|p| (p.error_code, p.committed_offset))
+                    .collect::<Vec<_>>()
+            }
+        };
+        let unstable = ResponseError::UnstableOffsetCommit.code();
+        assert_eq!(fetch(true).await, [(unstable, -1), (0, -1)]);
+        assert_eq!(fetch(false).await, [(0, -1), (0, -1)]);
+        ctx.txns
+            .end(&ctx.topics, "t", ids.0, ids.1, true, T0)
+            .unwrap();
+        assert_eq!(fetch(true).await, [(0, 5), (0, -1)]);
     }
 }
