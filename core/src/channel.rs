@@ -102,6 +102,12 @@ pub trait Channel: Send + Sync + 'static {
     fn metrics(&self) -> Option<&ComponentMetrics> {
         None
     }
+    /// The last checkpoint `source` committed with a put, for a durable channel that keeps
+    /// checkpoints itself rather than in the agent's state store (the kafka channel keeps
+    /// them in Kafka). `None`: ask the state store.
+    fn load_checkpoint(&self, _source: &str) -> Result<Option<Checkpoint>, ChannelError> {
+        Ok(None)
+    }
 }
 
 /// Events taken from a channel, to be committed after delivery or rolled back.

@@ -110,7 +110,18 @@ impl SourceContext {
         store: Arc<dyn CheckpointStore>,
     ) -> Result<Self, CheckpointStoreError> {
         let name = name.into();
-        let resume = store.load(&name)?;
+        // The checkpoint rides with the last durable channel's puts; a channel that keeps it
+        // itself has the newest one.
+        let from_channel = match channels.iter().rev().find(|c| c.is_durable()) {
+            Some(channel) => channel
+                .load_checkpoint(&name)
+                .map_err(|e| CheckpointStoreError(e.to_string()))?,
+            None => None,
+        };
+        let resume = match from_channel {
+            Some(checkpoint) => Some(checkpoint),
+            None => store.load(&name)?,
+        };
         let tracker = channels
             .iter()
             .any(|c| !c.is_durable())

@@ -17,6 +17,7 @@
 //! this works the same against any Kafka cluster.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_core::{
@@ -133,6 +134,8 @@ pub struct KafkaSink {
     /// With `exactly_once`: the channel sequence up to which (exclusive) events were
     /// delivered, read back from the progress group; `None` until the producer is ready.
     delivered_before: Option<u64>,
+    /// With `exactly_once`: a consumer of the progress group, for its group metadata.
+    progress: Option<Arc<BaseConsumer>>,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -203,6 +206,7 @@ impl KafkaSink {
             producer: None,
             transactional_id: None,
             delivered_before: None,
+            progress: None,
         })
     }
 
@@ -293,6 +297,9 @@ impl KafkaSink {
         })
         .await?;
         let before = read_progress(&bootstrap, &id, &topic).await?;
+        let progress = progress_consumer(&bootstrap, &id)
+            .map_err(|e| kafka_error("creating the progress group's consumer", e))?;
+        self.progress = Some(Arc::new(progress));
         tracing::info!(transactional_id = %id, delivered_before = before, "kafka sink ready for exactly-once delivery");
         self.producer = Some(producer.clone());
         self.delivered_before = Some(before);
@@ -402,12 +409,13 @@ impl KafkaSink {
             .begin_transaction()
             .map_err(|e| kafka_error("beginning a transaction", e))?;
         let mut pending = self.send_all(producer, events.into_iter()).await?;
-        let id = self.transactional_id.clone().unwrap_or_default();
         let topic = self.config.progress_topic.clone();
-        let bootstrap = self.config.bootstrap_servers.clone();
+        let group = self
+            .progress
+            .clone()
+            .ok_or_else(|| SinkError::Delivery("the progress group is not ready".into()))?;
         let p = producer.clone();
         blocking("committing the transaction", move || {
-            let group = progress_consumer(&bootstrap, &id)?;
             let metadata = group.group_metadata().ok_or_else(|| {
                 KafkaError::ClientCreation("no group metadata for the progress group".into())
             })?;

@@ -1,0 +1,725 @@
+//! `kafka`: Flume's KafkaChannel. The events live in a Kafka topic, on the bundled broker or any
+//! Kafka cluster, so a channel survives the agent and can be shared by agents.
+//!
+//! - **put**: one Kafka transaction (a transactional producer, `transactional.id`
+//!   `ferry-<host>-<channel>`) holds the batch's records and the source's checkpoint, which
+//!   goes with `send_offsets_to_transaction` as the metadata of the committed offset of the
+//!   consumer group `ferry-<host>-<source>` on partition 0 of the topic. Records and
+//!   checkpoint become visible together or not at all: source → kafka channel is
+//!   exactly-once. A checkpoint must fit Kafka's `offset.metadata.max.bytes` (4096 by
+//!   default): larger ones are refused with an error (use a file channel).
+//! - **take**: a consumer in `group_id` reads the topic at read_committed; the take's commit
+//!   commits the offsets after its events to the group, a rollback seeks back to its first
+//!   event. Sequence numbers are the records' offsets when the topic has one partition (the
+//!   default when the channel creates it), so exactly-once sinks work behind it; with more
+//!   partitions takes carry none.
+//! - **parse_as_flume_event** (default `true`): Flume headers travel as Kafka record headers;
+//!   `false` writes bodies only and reads records of any producer as bodies.
+//!
+//! One take is open at a time (a sink runner's take waits for the previous one to end), and
+//! puts go one transaction at a time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_core::{
+    Channel, ChannelError, Checkpoint, ComponentConfig, ConfigError, Event, PutBatch, Registry,
+    TakeTransaction, async_trait,
+};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::Deserialize;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+/// Options of the `kafka` channel.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaChannelConfig {
+    /// `host:port[,host:port]` of the cluster. Required. Flume: `kafka.bootstrap.servers`.
+    pub bootstrap_servers: String,
+    /// The topic holding the events. Default `flume-channel`. Flume: `kafka.topic`.
+    #[serde(default = "default_topic")]
+    pub topic: String,
+    /// The consumer group of the takes. Default `flume`. Flume: `kafka.consumer.group.id`.
+    #[serde(default = "default_group")]
+    pub group_id: String,
+    /// Flume headers as Kafka headers. Default `true`. Flume: `parseAsFlumeEvent`.
+    #[serde(default = "default_true")]
+    pub parse_as_flume_event: bool,
+    /// How long a take waits for more records once it has one. Default `100ms`. Flume:
+    /// `pollTimeout`.
+    #[serde(default = "default_poll", with = "ferry_core::config::duration")]
+    pub poll_timeout: Duration,
+    /// Most events per put or take. Default `1000`.
+    #[serde(default = "default_transaction_capacity")]
+    pub transaction_capacity: usize,
+    /// Partitions when the channel creates the topic. Default `1` (takes then carry sequence
+    /// numbers, see the module docs).
+    #[serde(default = "default_partitions")]
+    pub partitions: i32,
+    /// Any other producer property, passed to librdkafka. Flume: `kafka.producer.*`.
+    #[serde(default)]
+    pub producer: BTreeMap<String, String>,
+    /// Any other consumer property, passed to librdkafka. Flume: `kafka.consumer.*`.
+    #[serde(default)]
+    pub consumer: BTreeMap<String, String>,
+}
+
+fn default_topic() -> String {
+    "flume-channel".into()
+}
+fn default_group() -> String {
+    "flume".into()
+}
+fn default_true() -> bool {
+    true
+}
+fn default_poll() -> Duration {
+    Duration::from_millis(100)
+}
+fn default_transaction_capacity() -> usize {
+    1000
+}
+fn default_partitions() -> i32 {
+    1
+}
+
+/// Registers the `kafka` channel type.
+pub fn register(registry: &mut Registry) {
+    registry.register_channel("kafka", |cfg| Ok(Arc::new(KafkaChannel::build(cfg)?)));
+}
+
+/// How long a transactional or commit call may take before the put or take fails.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest checkpoint stored, encoded, as committed offset metadata.
+const MAX_CHECKPOINT: usize = 4000;
+
+/// The Kafka channel.
+pub struct KafkaChannel {
+    name: String,
+    config: KafkaChannelConfig,
+    producer_config: ClientConfig,
+    consumer_config: ClientConfig,
+    /// The transactional producer, one transaction at a time.
+    producer: Mutex<Option<FutureProducer>>,
+    /// The consumer, held by the open take.
+    consumer: Arc<Mutex<Option<StreamConsumer>>>,
+    /// Prefix of the groups holding sources' checkpoints.
+    checkpoint_prefix: String,
+    /// A consumer of each source's checkpoint group, for its group metadata.
+    checkpoint_groups: std::sync::Mutex<BTreeMap<String, Arc<BaseConsumer>>>,
+}
+
+impl std::fmt::Debug for KafkaChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaChannel")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl KafkaChannel {
+    /// Validates the options; connections are made at `start`.
+    pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
+        let config: KafkaChannelConfig = cfg.parse()?;
+        if config.bootstrap_servers.trim().is_empty() {
+            return Err(cfg.error_at("bootstrap_servers", "`bootstrap_servers` is empty"));
+        }
+        if config.topic.is_empty() {
+            return Err(cfg.error_at("topic", "`topic` is empty"));
+        }
+        if config.transaction_capacity == 0 {
+            return Err(cfg.error_at(
+                "transaction_capacity",
+                "`transaction_capacity` must be at least 1",
+            ));
+        }
+        if config.partitions < 1 {
+            return Err(cfg.error_at("partitions", "`partitions` must be at least 1"));
+        }
+        let host = ferry_core::host_name();
+        let mut producer_config = ClientConfig::new();
+        producer_config
+            .set("bootstrap.servers", &config.bootstrap_servers)
+            .set("transactional.id", format!("ferry-{host}-{}", cfg.name()))
+            .set("linger.ms", "5");
+        for (key, value) in &config.producer {
+            producer_config.set(key, value);
+        }
+        let mut consumer_config = ClientConfig::new();
+        consumer_config
+            .set("bootstrap.servers", &config.bootstrap_servers)
+            .set("group.id", &config.group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "false");
+        for (key, value) in &config.consumer {
+            consumer_config.set(key, value);
+        }
+        Ok(Self {
+            name: cfg.name().to_owned(),
+            config,
+            producer_config,
+            consumer_config,
+            producer: Mutex::new(None),
+            consumer: Arc::new(Mutex::new(None)),
+            checkpoint_prefix: format!("ferry-{host}-"),
+            checkpoint_groups: std::sync::Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn error(&self, what: &str, e: impl std::fmt::Display) -> ChannelError {
+        ChannelError::Storage {
+            channel: self.name.clone(),
+            message: format!("{what}: {e}"),
+        }
+    }
+
+    /// A consumer of a source's checkpoint group (never subscribed).
+    fn checkpoint_consumer(&self, source: &str) -> Result<BaseConsumer, KafkaError> {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.config.bootstrap_servers)
+            .set("group.id", format!("{}{source}", self.checkpoint_prefix))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .create()
+    }
+
+    /// The (cached) consumer of `source`'s checkpoint group.
+    fn checkpoint_group(&self, source: &str) -> Result<Arc<BaseConsumer>, ChannelError> {
+        let mut groups = self
+            .checkpoint_groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(group) = groups.get(source) {
+            return Ok(Arc::clone(group));
+        }
+        let group = Arc::new(
+            self.checkpoint_consumer(source)
+                .map_err(|e| self.error("creating the checkpoint group's consumer", e))?,
+        );
+        groups.insert(source.to_owned(), Arc::clone(&group));
+        Ok(group)
+    }
+
+    /// The transactional producer, initialised on first use (fencing an older instance of this
+    /// channel and settling its open transaction).
+    async fn producer(
+        &self,
+        slot: &mut Option<FutureProducer>,
+    ) -> Result<FutureProducer, ChannelError> {
+        if let Some(producer) = slot {
+            return Ok(producer.clone());
+        }
+        let producer: FutureProducer = self
+            .producer_config
+            .create()
+            .map_err(|e| self.error("creating the transactional producer", e))?;
+        let p = producer.clone();
+        blocking(move || p.init_transactions(CALL_TIMEOUT))
+            .await
+            .map_err(|e| self.error("initialising the transactional producer", e))?;
+        *slot = Some(producer.clone());
+        Ok(producer)
+    }
+
+    async fn put_once(&self, batch: &PutBatch) -> Result<(), ChannelError> {
+        let checkpoint = match &batch.checkpoint {
+            Some(checkpoint) => {
+                let encoded = encode_checkpoint(checkpoint);
+                if encoded.len() > MAX_CHECKPOINT {
+                    return Err(self.error(
+                        &format!("source `{}`", batch.source),
+                        format!(
+                            "its checkpoint is {} bytes encoded; a kafka channel stores at most \
+                             {MAX_CHECKPOINT} (Kafka's offset metadata limit): use a file channel",
+                            encoded.len()
+                        ),
+                    ));
+                }
+                Some(encoded)
+            }
+            None => None,
+        };
+        let mut slot = self.producer.lock().await;
+        let producer = self.producer(&mut slot).await?;
+        let result = self.transaction(&producer, batch, checkpoint).await;
+        if result.is_err() {
+            // A new producer settles whatever state the transaction is in.
+            let p = producer.clone();
+            let _ = blocking(move || p.abort_transaction(CALL_TIMEOUT)).await;
+            *slot = None;
+        }
+        result
+    }
+
+    async fn transaction(
+        &self,
+        producer: &FutureProducer,
+        batch: &PutBatch,
+        checkpoint: Option<String>,
+    ) -> Result<(), ChannelError> {
+        producer
+            .begin_transaction()
+            .map_err(|e| self.error("beginning a transaction", e))?;
+        let mut deliveries = Vec::with_capacity(batch.events.len());
+        for event in &batch.events {
+            let mut record =
+                FutureRecord::<[u8], [u8]>::to(&self.config.topic).payload(&event.body[..]);
+            if self.config.parse_as_flume_event && !event.headers.is_empty() {
+                let mut headers = OwnedHeaders::new_with_capacity(event.headers.len());
+                for (key, value) in &event.headers {
+                    headers = headers.insert(Header {
+                        key,
+                        value: Some(value.as_bytes()),
+                    });
+                }
+                record = record.headers(headers);
+            }
+            loop {
+                match producer.send_result(record) {
+                    Ok(delivery) => {
+                        deliveries.push(delivery);
+                        break;
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        record = back;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Err((e, _)) => return Err(self.error("queueing a record", e)),
+                }
+            }
+        }
+        let p = producer.clone();
+        let topic = self.config.topic.clone();
+        let group = match checkpoint {
+            Some(_) => Some(self.checkpoint_group(&batch.source)?),
+            None => None,
+        };
+        blocking(move || {
+            if let (Some(group), Some(metadata)) = (group, checkpoint) {
+                let group_metadata = group.group_metadata().ok_or_else(|| {
+                    KafkaError::ClientCreation("no group metadata for a checkpoint group".into())
+                })?;
+                let mut offsets = TopicPartitionList::new();
+                let mut entry = offsets.add_partition(&topic, 0);
+                entry.set_offset(Offset::Offset(0))?;
+                entry.set_metadata(metadata);
+                p.send_offsets_to_transaction(&offsets, &group_metadata, CALL_TIMEOUT)?;
+            }
+            p.commit_transaction(CALL_TIMEOUT)
+        })
+        .await
+        .map_err(|e| self.error("committing the put's transaction", e))?;
+        for delivery in deliveries {
+            match delivery.await {
+                Ok(Ok(_)) => {}
+                Ok(Err((e, _))) => return Err(self.error("a record of a committed put", e)),
+                Err(_) => return Err(self.error("a record of a committed put", "cancelled")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A checkpoint as offset metadata: `u:` and the text when it is UTF-8, else `x:` and hex.
+fn encode_checkpoint(checkpoint: &Checkpoint) -> String {
+    match std::str::from_utf8(checkpoint.as_bytes()) {
+        Ok(text) => format!("u:{text}"),
+        Err(_) => {
+            let mut out = String::from("x:");
+            for b in checkpoint.as_bytes() {
+                out.push_str(&format!("{b:02x}"));
+            }
+            out
+        }
+    }
+}
+
+fn decode_checkpoint(metadata: &str) -> Option<Checkpoint> {
+    if let Some(text) = metadata.strip_prefix("u:") {
+        return Some(Checkpoint::new(text.as_bytes().to_vec()));
+    }
+    let hex = metadata.strip_prefix("x:")?;
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect();
+    bytes.map(Checkpoint::new)
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, KafkaError> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+#[async_trait]
+impl Channel for KafkaChannel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn start(&self) -> Result<(), ChannelError> {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.config.bootstrap_servers)
+            .create()
+            .map_err(|e| self.error("creating an admin client", e))?;
+        let topic = NewTopic::new(
+            &self.config.topic,
+            self.config.partitions,
+            TopicReplication::Fixed(-1),
+        );
+        let options = AdminOptions::new().request_timeout(Some(CALL_TIMEOUT));
+        match admin.create_topics([&topic], &options).await {
+            Ok(results) => {
+                for result in results {
+                    match result {
+                        Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                        Err((_, code)) => {
+                            return Err(self.error(
+                                &format!("creating the topic {}", self.config.topic),
+                                code,
+                            ));
+                        }
+                    }
+                }
+            }
+            // The cluster may be down now; puts and takes retry later.
+            Err(e) => {
+                tracing::warn!(channel = %self.name, error = %e, "cannot check the channel's topic")
+            }
+        }
+        let consumer: StreamConsumer = self
+            .consumer_config
+            .create()
+            .map_err(|e| self.error("creating the consumer", e))?;
+        consumer
+            .subscribe(&[&self.config.topic])
+            .map_err(|e| self.error("subscribing to the channel's topic", e))?;
+        *self.consumer.lock().await = Some(consumer);
+        Ok(())
+    }
+
+    async fn put(&self, batch: PutBatch) -> Result<(), ChannelError> {
+        self.try_put(batch).await
+    }
+
+    async fn try_put(&self, batch: PutBatch) -> Result<(), ChannelError> {
+        if batch.events.len() > self.config.transaction_capacity {
+            return Err(ChannelError::BatchTooLarge {
+                channel: self.name.clone(),
+                events: batch.events.len(),
+                bytes: batch.events.iter().map(|e| e.body.len()).sum(),
+                limit: format!("transaction_capacity {}", self.config.transaction_capacity),
+            });
+        }
+        self.put_once(&batch).await
+    }
+
+    async fn take(
+        &self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Box<dyn TakeTransaction>, ChannelError> {
+        let mut guard = Arc::clone(&self.consumer).lock_owned().await;
+        let Some(consumer) = guard.as_ref() else {
+            return Err(self.error("take", "the channel is not started"));
+        };
+        let mut events = Vec::new();
+        let mut offsets: Vec<(i32, i64)> = Vec::new();
+        let mut deadline = tokio::time::Instant::now() + wait;
+        while events.len() < max.min(self.config.transaction_capacity) {
+            let message = tokio::select! {
+                m = consumer.recv() => m,
+                _ = tokio::time::sleep_until(deadline) => break,
+            };
+            let message = match message {
+                Ok(message) => message,
+                Err(e) => {
+                    drop(guard);
+                    return Err(self.error("reading the channel's topic", e));
+                }
+            };
+            let mut event =
+                Event::from_body(message.payload().map(<[u8]>::to_vec).unwrap_or_default());
+            if self.config.parse_as_flume_event
+                && let Some(headers) = message.headers()
+            {
+                for header in headers.iter() {
+                    let value = header
+                        .value
+                        .map(String::from_utf8_lossy)
+                        .unwrap_or_default();
+                    event
+                        .headers
+                        .insert(header.key.to_owned(), value.into_owned());
+                }
+            }
+            events.push(event);
+            offsets.push((message.partition(), message.offset()));
+            if events.len() == 1 {
+                deadline = tokio::time::Instant::now() + self.config.poll_timeout;
+            }
+        }
+        let sequences = (self.config.partitions == 1 && offsets.iter().all(|(p, _)| *p == 0))
+            .then(|| offsets.iter().map(|(_, o)| *o as u64).collect());
+        if events.is_empty() {
+            drop(guard);
+            return Ok(Box::new(KafkaTake {
+                channel: self.name.clone(),
+                topic: self.config.topic.clone(),
+                events,
+                offsets,
+                sequences: Some(Vec::new()),
+                guard: None,
+            }));
+        }
+        let _ = &mut guard;
+        Ok(Box::new(KafkaTake {
+            channel: self.name.clone(),
+            topic: self.config.topic.clone(),
+            events,
+            offsets,
+            sequences,
+            guard: Some(guard),
+        }))
+    }
+
+    fn transaction_capacity(&self) -> usize {
+        self.config.transaction_capacity
+    }
+
+    fn is_durable(&self) -> bool {
+        true
+    }
+
+    /// Not known without asking the cluster: the events stay in Kafka across restarts, so the
+    /// agent need not wait for this channel to drain.
+    fn len(&self) -> usize {
+        0
+    }
+
+    fn capacity(&self) -> usize {
+        usize::MAX
+    }
+
+    fn load_checkpoint(&self, source: &str) -> Result<Option<Checkpoint>, ChannelError> {
+        let consumer = self
+            .checkpoint_consumer(source)
+            .map_err(|e| self.error("creating the checkpoint group's consumer", e))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.config.topic, 0);
+        let committed = consumer
+            .committed_offsets(tpl, CALL_TIMEOUT)
+            .map_err(|e| self.error(&format!("reading the checkpoint of `{source}`"), e))?;
+        let metadata = committed
+            .find_partition(&self.config.topic, 0)
+            .map(|e| e.metadata().to_owned())
+            .unwrap_or_default();
+        if metadata.is_empty() {
+            return Ok(None);
+        }
+        decode_checkpoint(&metadata).map(Some).ok_or_else(|| {
+            self.error(
+                &format!("the checkpoint of `{source}`"),
+                "it is not one this channel wrote",
+            )
+        })
+    }
+}
+
+/// An open take: the consumer stays locked until it commits or rolls back.
+struct KafkaTake {
+    channel: String,
+    topic: String,
+    events: Vec<Event>,
+    /// (partition, offset) per event.
+    offsets: Vec<(i32, i64)>,
+    sequences: Option<Vec<u64>>,
+    guard: Option<OwnedMutexGuard<Option<StreamConsumer>>>,
+}
+
+impl KafkaTake {
+    fn error(&self, what: &str, e: impl std::fmt::Display) -> ChannelError {
+        ChannelError::Storage {
+            channel: self.channel.clone(),
+            message: format!("{what}: {e}"),
+        }
+    }
+
+    /// Per partition, the first and the last offset taken.
+    fn ranges(&self) -> BTreeMap<i32, (i64, i64)> {
+        let mut ranges: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+        for (partition, offset) in &self.offsets {
+            let range = ranges.entry(*partition).or_insert((*offset, *offset));
+            range.0 = range.0.min(*offset);
+            range.1 = range.1.max(*offset);
+        }
+        ranges
+    }
+}
+
+#[async_trait]
+impl TakeTransaction for KafkaTake {
+    fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    fn sequences(&self) -> Option<&[u64]> {
+        self.sequences.as_deref()
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<(), ChannelError> {
+        let Some(guard) = self.guard.take() else {
+            return Ok(());
+        };
+        let Some(consumer) = guard.as_ref() else {
+            return Ok(());
+        };
+        let mut tpl = TopicPartitionList::new();
+        for (partition, (_, last)) in self.ranges() {
+            tpl.add_partition_offset(&self.topic, partition, Offset::Offset(last + 1))
+                .map_err(|e| self.error("committing a take", e))?;
+        }
+        consumer
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(|e| self.error("committing a take", e))
+    }
+
+    async fn rollback(mut self: Box<Self>) -> Result<(), ChannelError> {
+        let Some(guard) = self.guard.take() else {
+            return Ok(());
+        };
+        let Some(consumer) = guard.as_ref() else {
+            return Ok(());
+        };
+        for (partition, (first, _)) in self.ranges() {
+            consumer
+                .seek(
+                    &self.topic,
+                    partition,
+                    Offset::Offset(first),
+                    Duration::from_secs(10),
+                )
+                .map_err(|e| self.error("rolling a take back", e))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(yaml: &str) -> ComponentConfig {
+        ComponentConfig::from_yaml(ferry_core::ComponentKind::Channel, "kc", "kafka", yaml).unwrap()
+    }
+
+    fn batch(from: usize, to: usize, checkpoint: &str) -> PutBatch {
+        PutBatch {
+            source: "src".into(),
+            events: (from..to)
+                .map(|i| {
+                    let mut e = Event::from_body(format!("e{i}"));
+                    e.headers.insert("n".into(), i.to_string());
+                    e
+                })
+                .collect(),
+            checkpoint: Some(Checkpoint::new(checkpoint.as_bytes().to_vec())),
+            ack: None,
+        }
+    }
+
+    async fn take_bodies(channel: &KafkaChannel, max: usize) -> Box<dyn TakeTransaction> {
+        let mut waited = 0;
+        loop {
+            let take = channel.take(max, Duration::from_secs(2)).await.unwrap();
+            if take.events().len() == max || waited > 10 {
+                return take;
+            }
+            take.rollback().await.unwrap();
+            waited += 1;
+        }
+    }
+
+    fn bodies(take: &dyn TakeTransaction) -> Vec<String> {
+        take.events()
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.body).into_owned())
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn puts_carry_the_checkpoint_and_takes_commit_or_roll_back_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = ferry_broker::Broker::start(ferry_broker::BrokerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().to_path_buf(),
+            group_initial_rebalance_delay_ms: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let yaml = format!("bootstrap_servers: {}\ntopic: ch", broker.local_addr());
+        let channel = KafkaChannel::build(&config(&yaml)).unwrap();
+        channel.start().await.unwrap();
+        assert_eq!(channel.load_checkpoint("src").unwrap(), None);
+        channel.put(batch(0, 10, "pos=10")).await.unwrap();
+        channel.put(batch(10, 20, "pos=20")).await.unwrap();
+        assert_eq!(
+            channel.load_checkpoint("src").unwrap(),
+            Some(Checkpoint::new(b"pos=20".to_vec()))
+        );
+        let binary = PutBatch {
+            checkpoint: Some(Checkpoint::new(vec![0xff, 0, 7])),
+            ..batch(20, 25, "")
+        };
+        channel.put(binary).await.unwrap();
+        assert_eq!(
+            channel.load_checkpoint("src").unwrap(),
+            Some(Checkpoint::new(vec![0xff, 0, 7]))
+        );
+        let huge = batch(0, 1, &"x".repeat(5000));
+        let err = channel.put(huge).await.unwrap_err();
+        assert!(err.to_string().contains("use a file channel"), "{err}");
+
+        let take = take_bodies(&channel, 15).await;
+        assert_eq!(
+            bodies(&*take),
+            (0..15).map(|i| format!("e{i}")).collect::<Vec<_>>()
+        );
+        assert_eq!(take.events()[3].headers["n"], "3");
+        let seqs = take.sequences().unwrap().to_vec();
+        assert_eq!(seqs.len(), 15);
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+        take.rollback().await.unwrap();
+        let take = take_bodies(&channel, 15).await;
+        assert_eq!(take.sequences().unwrap(), &seqs[..]);
+        take.commit().await.unwrap();
+        drop(channel);
+
+        // Another instance (a restart) goes on after the committed take.
+        let channel = KafkaChannel::build(&config(&yaml)).unwrap();
+        channel.start().await.unwrap();
+        let take = take_bodies(&channel, 10).await;
+        assert_eq!(
+            bodies(&*take),
+            (15..25).map(|i| format!("e{i}")).collect::<Vec<_>>()
+        );
+        take.commit().await.unwrap();
+        broker.shutdown().await;
+    }
+}
