@@ -63,7 +63,11 @@ fn write_logs(dir: &Path, total: usize, done: &AtomicBool) {
         n = (n + chunk).min(total);
         if n / 100_000 > rotations && n < total {
             rotations += 1;
-            fs::rename(dir.join("app.log"), dir.join(format!("app.log.{rotations}"))).unwrap();
+            fs::rename(
+                dir.join("app.log"),
+                dir.join(format!("app.log.{rotations}")),
+            )
+            .unwrap();
             file = OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -165,9 +169,16 @@ fn chain_under_kills(delivery: &str) -> usize {
     );
     let collector_config = pipeline(
         "chain/collector.yaml",
-        &[("127.0.0.1:9092", &address), ("roll_interval: 1m", "roll_interval: 1s")],
+        &[
+            ("127.0.0.1:9092", &address),
+            ("roll_interval: 1m", "roll_interval: 1s"),
+        ],
     );
-    let mut procs = vec![Proc::start("broker", root.path().join("broker"), broker_config)];
+    let mut procs = vec![Proc::start(
+        "broker",
+        root.path().join("broker"),
+        broker_config,
+    )];
     procs.push(Proc::start("edge", root.path().join("edge"), edge_config));
     procs.push(Proc::start(
         "collector",
@@ -185,7 +196,10 @@ fn chain_under_kills(delivery: &str) -> usize {
     };
     let started = Instant::now();
     let mut kills = 0;
-    while kills < KILLS || procs.iter().any(|p| p.kills < KILLS / 5) {
+    while kills < KILLS
+        || procs.iter().any(|p| p.kills < KILLS / 5)
+        || !written.load(Ordering::SeqCst)
+    {
         std::thread::sleep(Duration::from_millis(300 + rng.next_below(1700)));
         // The process killed least so far is favoured, the others picked at random.
         let least = (0..3).min_by_key(|i| procs[*i].kills).unwrap();
@@ -219,9 +233,22 @@ fn chain_under_kills(delivery: &str) -> usize {
     for proc in procs.iter_mut().rev() {
         proc.agent.signal(Signal::SIGTERM);
         let status = proc.agent.wait(Duration::from_secs(60));
-        assert!(status.success(), "{}: {status:?}\n{}", proc.name, proc.agent.log());
+        assert!(
+            status.success(),
+            "{}: {status:?}\n{}",
+            proc.name,
+            proc.agent.log()
+        );
     }
-    let text = String::from_utf8(read_dir_concat(&out)).unwrap();
+    let duplicates = count_output(&out, total, seed);
+    println!("{delivery}: {total} lines, {duplicates} duplicates, {kills} kills");
+    duplicates
+}
+
+/// Checks that the output files in `out` hold every one of `total` lines and nothing else;
+/// returns the number of duplicates.
+fn count_output(out: &Path, total: usize, seed: u64) -> usize {
+    let text = String::from_utf8(read_dir_concat(out)).unwrap();
     let mut counts: HashMap<&str, usize> = HashMap::with_capacity(total);
     for l in text.lines() {
         *counts.entry(l).or_default() += 1;
@@ -241,9 +268,7 @@ fn chain_under_kills(delivery: &str) -> usize {
         total,
         "CRASH_SEED={seed}: lines that were never written"
     );
-    let duplicates: usize = counts.values().map(|c| c - 1).sum();
-    println!("{delivery}: {total} lines, {duplicates} duplicates, {kills} kills");
-    duplicates
+    counts.values().map(|c| c - 1).sum()
 }
 
 #[test]
@@ -256,4 +281,57 @@ fn chain_delivers_every_line_exactly_once_through_kills_of_every_process() {
 fn chain_with_at_least_once_loses_nothing_through_kills() {
     let duplicates = chain_under_kills("at_least_once");
     println!("at_least_once duplicated {duplicates} lines");
+}
+
+/// `pipelines/taildir-kafka-channel-to-file.yaml` (taildir → kafka channel on the bundled
+/// broker in the same process → file_roll) killed with SIGKILL at random moments while the
+/// writer appends: every line exactly once.
+#[test]
+fn kafka_channel_pipeline_delivers_every_line_exactly_once_through_kills() {
+    let seed = crash_seed();
+    let mut rng = Lcg(seed);
+    let total = lines_wanted() / 4;
+    let root = tempfile::tempdir().unwrap();
+    let address = format!("127.0.0.1:{}", free_port());
+    let config = pipeline(
+        "taildir-kafka-channel-to-file.yaml",
+        &[
+            ("127.0.0.1:9092", &address),
+            ("roll_interval: 5m", "roll_interval: 1s"),
+        ],
+    );
+    let mut agent = Proc::start("agent", root.path().to_path_buf(), config);
+    let logs = root.path().join("logs");
+    fs::create_dir_all(&logs).unwrap();
+    let out = root.path().join("var/kc-out");
+    let written = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (logs, written) = (logs.clone(), Arc::clone(&written));
+        std::thread::spawn(move || write_logs(&logs, total, &written))
+    };
+    while agent.kills < KILLS || !written.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(300 + rng.next_below(1700)));
+        agent.kill_and_restart();
+    }
+    writer.join().unwrap();
+    let mut last = (0, Instant::now());
+    wait_until(Duration::from_secs(600), "the output", || {
+        let n = finished_lines(&out);
+        if n != last.0 {
+            last = (n, Instant::now());
+        }
+        n >= total || last.1.elapsed() > Duration::from_secs(60)
+    });
+    agent.agent.signal(Signal::SIGTERM);
+    let status = agent.agent.wait(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}\n{}", agent.agent.log());
+    let duplicates = count_output(&out, total, seed);
+    println!(
+        "kafka channel: {total} lines, {duplicates} duplicates, {} kills",
+        agent.kills
+    );
+    assert_eq!(
+        duplicates, 0,
+        "CRASH_SEED={seed}: lines delivered more than once"
+    );
 }

@@ -140,8 +140,11 @@ async fn run_source(spec: SourceSpec, stop: Shutdown, store: Arc<dyn CheckpointS
         ) {
             Ok(ctx) => ctx,
             Err(e) => {
-                error!(source = %name, error = %e, "cannot load checkpoint; source not started");
-                return;
+                error!(source = %name, error = %e, "cannot load the checkpoint; retrying after backoff");
+                if backoff_or_stop(&mut backoff, &stop).await {
+                    return;
+                }
+                continue;
             }
         };
         match source.run(ctx).await {

@@ -410,6 +410,13 @@ impl Channel for KafkaChannel {
             .subscribe(&[&self.config.topic])
             .map_err(|e| self.error("subscribing to the channel's topic", e))?;
         *self.consumer.lock().await = Some(consumer);
+        // Initialising the producer now fences an instance killed mid-put and aborts its
+        // transaction, whose staged checkpoint would otherwise keep the sources' checkpoint
+        // reads waiting (UNSTABLE_OFFSET_COMMIT) until the transaction timed out.
+        let mut slot = self.producer.lock().await;
+        if let Err(e) = self.producer(&mut slot).await {
+            tracing::warn!(channel = %self.name, error = %e, "cannot initialise the transactional producer yet; puts will retry");
+        }
         Ok(())
     }
 
@@ -517,6 +524,18 @@ impl Channel for KafkaChannel {
     }
 
     fn load_checkpoint(&self, source: &str) -> Result<Option<Checkpoint>, ChannelError> {
+        // A network round trip: let the async runtime move its other tasks elsewhere.
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                tokio::task::block_in_place(|| self.read_checkpoint(source))
+            }
+            _ => self.read_checkpoint(source),
+        }
+    }
+}
+
+impl KafkaChannel {
+    fn read_checkpoint(&self, source: &str) -> Result<Option<Checkpoint>, ChannelError> {
         let consumer = self
             .checkpoint_consumer(source)
             .map_err(|e| self.error("creating the checkpoint group's consumer", e))?;
