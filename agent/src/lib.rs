@@ -80,10 +80,12 @@ enum Command {
     ConsoleProducer(tools::console::ProducerArgs),
     /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
     ConsoleConsumer(tools::console::ConsumerArgs),
-    /// Prints the batches and records of broker segment files, and `.index`/`.timeindex`
-    /// entries (as kafka-dump-log.sh / DumpLogSegments).
+    /// Prints the batches (with producer ids, sequences and transaction markers) and records of
+    /// broker segment files, and `.index`/`.timeindex`/`.txnindex` entries (as
+    /// kafka-dump-log.sh / DumpLogSegments).
     DumpLogSegments {
-        /// Segment files (`.log`, `.index`, `.timeindex`), comma-separated as in Kafka.
+        /// Segment files (`.log`, `.index`, `.timeindex`, `.txnindex`), comma-separated as in
+        /// Kafka.
         #[arg(long, value_delimiter = ',', required = true)]
         files: Vec<PathBuf>,
         /// Print each record's key, value and headers too.
