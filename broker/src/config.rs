@@ -59,6 +59,10 @@ pub struct BrokerConfig {
     /// Fsync a partition when its last fsync is older than this (Kafka `log.flush.interval.ms`,
     /// topic `flush.ms`). Default: never.
     pub log_flush_interval_ms: Option<i64>,
+    /// A partition forgets an idempotent producer (its last sequence numbers, for
+    /// deduplicating retries) once it wrote nothing this long and has no open transaction
+    /// (Kafka `producer.id.expiration.ms`). Default 86400000 (1 day).
+    pub producer_id_expiration_ms: i64,
     /// Committed offsets of a group are deleted once the group has been empty this long; for a
     /// group that never had members (offsets committed by a standalone consumer or a tool), once
     /// each offset is this old (Kafka `offsets.retention.minutes`). Default 10080 (7 days).
@@ -100,6 +104,7 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: 600_000,
             log_flush_interval_messages: None,
             log_flush_interval_ms: None,
+            producer_id_expiration_ms: 86_400_000,
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,

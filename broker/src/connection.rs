@@ -309,7 +309,7 @@ mod tests {
     }
 
     fn slice(log: &PartitionLog, offset: i64, max_bytes: usize) -> FileSlice {
-        match log.read(offset, max_bytes, true).unwrap() {
+        match log.read(offset, max_bytes, true, i64::MAX).unwrap() {
             Some(Read::Slice(slice)) => slice,
             _ => panic!("nothing at offset {offset}"),
         }

@@ -34,6 +34,8 @@ pub(crate) struct LogConfig {
     pub(crate) max_message_bytes: i32,
     pub(crate) flush_messages: i64,
     pub(crate) flush_ms: i64,
+    /// Broker-wide: `producer.id.expiration.ms`.
+    pub(crate) producer_id_expiration_ms: i64,
 }
 
 /// A topic config value that cannot be accepted.
@@ -64,6 +66,7 @@ impl LogConfig {
             max_message_bytes: broker.message_max_bytes,
             flush_messages: broker.log_flush_interval_messages.unwrap_or(NEVER),
             flush_ms: broker.log_flush_interval_ms.unwrap_or(NEVER),
+            producer_id_expiration_ms: broker.producer_id_expiration_ms,
         };
         for (name, value) in overrides {
             config.apply(name, value)?;

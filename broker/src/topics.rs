@@ -427,12 +427,14 @@ impl Topics {
         }
     }
 
-    /// Fsyncs every partition (on shutdown); false when any failed.
+    /// Fsyncs every partition and snapshots its producer state (on shutdown, so the next start
+    /// replays nothing); false when any failed.
     pub(crate) fn flush_all(&self) -> bool {
         let mut all_flushed = true;
         for topic in self.all() {
             for partition in &topic.partitions {
-                if let Err(e) = partition.log().flush() {
+                let mut log = partition.log();
+                if let Err(e) = log.flush().and_then(|()| log.write_snapshot()) {
                     tracing::error!(topic = %topic.name, partition = partition.index, error = %e, "flush failed");
                     all_flushed = false;
                 }

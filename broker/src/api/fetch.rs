@@ -5,6 +5,8 @@
 //! `partition_max_bytes` and the request's `max_bytes`, except that the first batch of the
 //! response is always returned whole so a consumer makes progress past a large batch (KIP-74).
 //! Fetch sessions (KIP-227) are not kept: session id 0 tells clients to send full requests.
+//! At isolation level READ_COMMITTED a partition is read up to its last stable offset, and the
+//! transactions aborted in that range are listed so the consumer drops their records.
 //!
 //! The records are not copied into the response: each partition's `records` is encoded with a
 //! placeholder, which [`FetchReply::into_frame`] then cuts out of the encoded frame, putting
@@ -28,8 +30,12 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::fetch_request::FetchTopic;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, RequestHeader, TopicName};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, ProducerId, RequestHeader, TopicName,
+};
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 use tokio::time::Instant;
 
@@ -57,6 +63,7 @@ pub(super) struct FetchReply {
 fn collect(
     ctx: &Context,
     version: i16,
+    read_committed: bool,
     topics: &[FetchTopic],
     max_bytes: usize,
     records: &mut Vec<FileSlice>,
@@ -87,21 +94,35 @@ fn collect(
                     return data.with_error_code(missing_error.code()).with_high_watermark(-1);
                 };
                 // Only locate the bytes under the lock; read them after releasing it.
-                let (start, end, read) = {
+                let (start, end, stable, read, aborted) = {
                     let log = partition.log();
                     let limit = usize::try_from(p.partition_max_bytes).unwrap_or(0).min(remaining);
+                    let end = log.log_end_offset();
+                    let stable = log.last_stable_offset();
+                    let upper = if read_committed { stable } else { end };
                     // Only the response's first batch may exceed the limits (KIP-74).
                     let read = if limit == 0 && total > 0 {
                         Ok(Some(Read::Empty))
                     } else {
-                        log.read(p.fetch_offset, limit, total == 0)
+                        log.read(p.fetch_offset, limit, total == 0, upper)
                     };
-                    (log.log_start_offset(), log.log_end_offset(), read)
+                    let aborted = read_committed.then(|| {
+                        log.aborted_transactions(p.fetch_offset, upper)
+                            .into_iter()
+                            .map(|(producer_id, first_offset)| {
+                                AbortedTransaction::default()
+                                    .with_producer_id(ProducerId(producer_id))
+                                    .with_first_offset(first_offset)
+                            })
+                            .collect::<Vec<_>>()
+                    });
+                    (log.log_start_offset(), end, stable, read, aborted)
                 };
                 let data = data
                     .with_high_watermark(end)
-                    .with_last_stable_offset(end)
-                    .with_log_start_offset(start);
+                    .with_last_stable_offset(stable)
+                    .with_log_start_offset(start)
+                    .with_aborted_transactions(aborted);
                 match read {
                     Ok(Some(Read::Slice(slice))) if slice.len() > 0 => {
                         total += slice.len();
@@ -149,6 +170,7 @@ impl Handler for Fetch {
         request: FetchRequest,
     ) -> Option<FetchReply> {
         let version = header.request_api_version;
+        let read_committed = request.isolation_level == 1;
         let max_bytes = usize::try_from(request.max_bytes).unwrap_or(0);
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
         let deadline =
@@ -159,8 +181,14 @@ impl Handler for Fetch {
             let appended = ctx.appended.notified();
             tokio::pin!(appended);
             appended.as_mut().enable();
-            let (responses, total, any_error) =
-                collect(ctx, version, &request.topics, max_bytes, &mut records);
+            let (responses, total, any_error) = collect(
+                ctx,
+                version,
+                read_committed,
+                &request.topics,
+                max_bytes,
+                &mut records,
+            );
             if total >= min_bytes
                 || any_error
                 || Instant::now() >= deadline
@@ -337,7 +365,7 @@ mod tests {
             let topic = ctx.topics.get("x").unwrap();
             let log = topic.partitions[0].log();
             let expected = log
-                .read(4, 1 << 20, true)
+                .read(4, 1 << 20, true, i64::MAX)
                 .unwrap()
                 .unwrap()
                 .bytes()

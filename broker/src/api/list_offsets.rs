@@ -1,4 +1,6 @@
-//! ListOffsets: earliest (-2), latest (-1), or the first offset at or after a timestamp.
+//! ListOffsets: earliest (-2), latest (-1), or the first offset at or after a timestamp. At
+//! isolation level READ_COMMITTED (v2+) latest is the last stable offset, and a timestamp
+//! lookup does not find records past it.
 
 use std::sync::Arc;
 
@@ -35,6 +37,7 @@ impl Handler for ListOffsets {
         } else {
             -1
         };
+        let read_committed = request.isolation_level == 1;
         let topics = request
             .topics
             .into_iter()
@@ -52,13 +55,14 @@ impl Handler for ListOffsets {
                             return response.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                         };
                         let log = partition.log();
+                        let upper = if read_committed { log.last_stable_offset() } else { log.log_end_offset() };
                         match p.timestamp {
-                            LATEST => response.with_offset(log.log_end_offset()),
+                            LATEST => response.with_offset(upper),
                             EARLIEST => response.with_offset(log.log_start_offset()),
                             ts if ts < 0 => response.with_error_code(ResponseError::InvalidRequest.code()),
                             ts => match log.offset_for_timestamp(ts) {
-                                Ok(Some(found)) => response.with_timestamp(found.timestamp).with_offset(found.offset),
-                                Ok(None) => response,
+                                Ok(Some(found)) if found.offset < upper => response.with_timestamp(found.timestamp).with_offset(found.offset),
+                                Ok(_) => response,
                                 Err(e) => {
                                     tracing::error!(topic = %wanted.name.0, partition = p.partition_index, error = %e, "timestamp lookup failed");
                                     response.with_error_code(ResponseError::KafkaStorageError.code())

@@ -1,4 +1,6 @@
-//! Produce: validate each batch's framing and CRC, assign offsets in place, append.
+//! Produce: validate each batch's framing and CRC, check an idempotent producer's sequence and
+//! epoch against the partition's producer state, assign offsets in place, append. A retried
+//! batch already in the log is acknowledged with its original offset (see `log::producers`).
 
 use std::sync::Arc;
 
@@ -9,7 +11,7 @@ use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestH
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
-use crate::log::batch;
+use crate::log::{AppendError, ProducerError, batch};
 use crate::topics::Topic;
 
 pub(super) struct Produce;
@@ -58,9 +60,21 @@ fn append(topic: &Topic, index: i32, records: Option<&[u8]>) -> PartitionProduce
         Ok(base_offset) => response
             .with_base_offset(base_offset)
             .with_log_start_offset(log.log_start_offset()),
-        Err(e) => {
+        Err(AppendError::Storage(e)) => {
             tracing::error!(topic = %topic.name, partition = index, error = %e, "append failed");
             fail(ResponseError::KafkaStorageError)
+        }
+        Err(AppendError::Producer(e)) => {
+            tracing::debug!(topic = %topic.name, partition = index, error = %e, "refused a producer's batch");
+            let error = match e {
+                ProducerError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+                ProducerError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+                ProducerError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
+                ProducerError::SeveralBatches(_) | ProducerError::ControlBatch => {
+                    ResponseError::InvalidRecord
+                }
+            };
+            fail(error).with_error_message(Some(e.to_string().into()))
         }
     }
 }

@@ -43,6 +43,12 @@ pub(crate) struct BatchHeader {
     pub(crate) last_offset_delta: i32,
     pub(crate) max_timestamp: i64,
     pub(crate) record_count: i32,
+    pub(crate) attributes: i16,
+    /// -1 when the producer is not idempotent.
+    pub(crate) producer_id: i64,
+    pub(crate) producer_epoch: i16,
+    /// Sequence number of the first record, -1 without idempotence.
+    pub(crate) base_sequence: i32,
 }
 
 impl BatchHeader {
@@ -52,12 +58,40 @@ impl BatchHeader {
         self.base_offset
             .saturating_add(i64::from(self.last_offset_delta))
     }
+
+    /// Part of a transaction (attributes bit 4).
+    pub(crate) fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL != 0
+    }
+
+    /// A control batch: a transaction marker (attributes bit 5).
+    pub(crate) fn is_control(&self) -> bool {
+        self.attributes & CONTROL != 0
+    }
+
+    /// Sequence number of the last record; sequences wrap from `i32::MAX` to 0.
+    pub(crate) fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return -1;
+        }
+        let last = i64::from(self.base_sequence) + i64::from(self.last_offset_delta);
+        (last % (i64::from(i32::MAX) + 1)) as i32
+    }
 }
+
+/// Attributes bit of a batch that is part of a transaction.
+pub(crate) const TRANSACTIONAL: i16 = 0x10;
+/// Attributes bit of a control batch.
+pub(crate) const CONTROL: i16 = 0x20;
 
 fn i32_at(buf: &[u8], at: usize) -> i32 {
     let mut b = [0u8; 4];
     b.copy_from_slice(&buf[at..at + 4]);
     i32::from_be_bytes(b)
+}
+
+fn i16_at(buf: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([buf[at], buf[at + 1]])
 }
 
 fn i64_at(buf: &[u8], at: usize) -> i64 {
@@ -104,6 +138,10 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
         last_offset_delta,
         max_timestamp: i64_at(buf, 35),
         record_count: i32_at(buf, 57),
+        attributes: i16_at(buf, 21),
+        producer_id: i64_at(buf, 43),
+        producer_epoch: i16_at(buf, 51),
+        base_sequence: i32_at(buf, 53),
     })
 }
 
@@ -172,6 +210,25 @@ pub(crate) mod tests {
         b.extend_from_slice(&(-1i32).to_be_bytes());
         b.extend_from_slice(&count.to_be_bytes());
         b.extend_from_slice(&records);
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    /// A batch of an idempotent (and, with `transactional`, transactional) producer.
+    pub(crate) fn make_producer_batch(
+        producer_id: i64,
+        epoch: i16,
+        base_sequence: i32,
+        count: i32,
+        transactional: bool,
+    ) -> Vec<u8> {
+        let mut b = make_batch(0, count, 1000);
+        let attributes = if transactional { TRANSACTIONAL } else { 0 };
+        b[21..23].copy_from_slice(&attributes.to_be_bytes());
+        b[43..51].copy_from_slice(&producer_id.to_be_bytes());
+        b[51..53].copy_from_slice(&epoch.to_be_bytes());
+        b[53..57].copy_from_slice(&base_sequence.to_be_bytes());
         let crc = crc32c::crc32c(&b[21..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         b

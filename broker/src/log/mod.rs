@@ -5,7 +5,9 @@
 //!     00000000000000000000.log         record batches, appended as received
 //!     00000000000000000000.index       sparse offset index
 //!     00000000000000000000.timeindex   sparse time index
+//!     00000000000000000000.txnindex    aborted transactions (only once there is one)
 //!     00000000000000052311.log         next segment, named by its base offset
+//!     00000000000000052311.snapshot    producer state as of that offset
 //!     ...
 //! ```
 //!
@@ -14,6 +16,17 @@
 //! | `.log`       | record batch v2 (see [`batch`]), back to back  | any       |
 //! | `.index`     | relative offset u32 BE, file position u32 BE   | 8 bytes   |
 //! | `.timeindex` | max timestamp so far i64 BE, relative offset u32 BE | 12 bytes |
+//! | `.txnindex`  | an aborted transaction (see `txn_index`)       | 34 bytes  |
+//! | `.snapshot`  | every producer's state (see `producers`)       | any       |
+//!
+//! Idempotent and transactional producers: each partition keeps its producers' state
+//! (`producers`), checks every batch of an idempotent producer against it (retries are
+//! acknowledged without a second append) and tracks open transactions, whose oldest first
+//! offset is the last stable offset. Transaction markers are control batches (`control`)
+//! appended by the transaction coordinator. The state is snapshotted when a segment rolls and
+//! on clean shutdown (the two newest snapshots are kept); on open the newest snapshot not past
+//! the log end is loaded and the batches after it replayed, which also restores `.txnindex`
+//! entries a crash lost.
 //!
 //! Invariants and life cycle:
 //! - Offsets only grow. The broker assigns them by writing the batch's base offset into its
@@ -36,7 +49,10 @@
 //!   by batch (headers only) to rebuild them.
 
 pub(crate) mod batch;
+pub(crate) mod control;
+mod producers;
 mod segment;
+mod txn_index;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -44,6 +60,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::topic_config::LogConfig;
 use batch::{BatchError, BatchHeader};
+use control::Marker;
+pub(crate) use producers::ProducerError;
+use producers::{Check, ProducerStates};
 pub(crate) use segment::FileSlice;
 use segment::Segment;
 
@@ -72,6 +91,20 @@ pub enum StorageError {
         source: BatchError,
     },
 }
+
+/// Why an append was refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AppendError {
+    /// The producer state refuses the batch.
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
+    /// The log could not be written.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Producer state snapshots kept per partition (older ones are deleted).
+const SNAPSHOTS_KEPT: usize = 2;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
@@ -114,6 +147,7 @@ pub(crate) struct PartitionLog {
     config: LogConfig,
     unflushed_records: i64,
     last_flush: Instant,
+    producers: ProducerStates,
 }
 
 impl PartitionLog {
@@ -174,14 +208,125 @@ impl PartitionLog {
         if segments.is_empty() {
             segments.push(Segment::create(dir, 0, now)?);
         }
-        Ok(PartitionLog {
+        let mut log = PartitionLog {
             name,
             dir: dir.to_path_buf(),
             segments,
             config,
             unflushed_records: 0,
             last_flush: Instant::now(),
-        })
+            producers: ProducerStates::default(),
+        };
+        log.recover_producers()?;
+        Ok(log)
+    }
+
+    /// The snapshot files in the directory, by offset, oldest first.
+    fn snapshots(&self) -> Result<Vec<(i64, PathBuf)>, StorageError> {
+        let entries = fs::read_dir(&self.dir).map_err(|source| StorageError::Io {
+            path: self.dir.clone(),
+            action: "list",
+            source,
+        })?;
+        let mut found: Vec<(i64, PathBuf)> = entries
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name();
+                let offset = name.to_str()?.strip_suffix(".snapshot")?.parse().ok()?;
+                Some((offset, entry.path()))
+            })
+            .collect();
+        found.sort_unstable();
+        Ok(found)
+    }
+
+    /// Rebuilds the producer state: the newest snapshot not past the log end, then every
+    /// batch after it (re-adding abort markers the `.txnindex` files lost to a crash).
+    fn recover_producers(&mut self) -> Result<(), StorageError> {
+        let end = self.log_end_offset();
+        let mut from = self.log_start_offset();
+        let mut states = ProducerStates::default();
+        for (offset, path) in self.snapshots()?.into_iter().rev() {
+            let loaded = (offset <= end)
+                .then(|| fs::read(&path).ok())
+                .flatten()
+                .and_then(|bytes| ProducerStates::decode(&bytes));
+            match loaded {
+                Some(loaded) => {
+                    states = loaded;
+                    from = from.max(offset);
+                    break;
+                }
+                None => {
+                    tracing::warn!(partition = %self.name, snapshot = %path.display(), "ignoring a producer state snapshot past the log end or damaged");
+                    let _ = fs::remove_file(&path);
+                }
+            }
+        }
+        let mut replayed = 0usize;
+        for segment in &mut self.segments {
+            if segment.next_offset() <= from {
+                continue;
+            }
+            let mut aborted = Vec::new();
+            segment.for_each_batch(from, |header, marker| {
+                if header.producer_id < 0 || header.last_offset() < from {
+                    return;
+                }
+                replayed += 1;
+                match (header.is_control(), marker) {
+                    (false, _) => states.record(header),
+                    (true, Some(marker)) => aborted.extend(states.apply_marker(
+                        header.producer_id,
+                        header.producer_epoch,
+                        marker,
+                        header.base_offset,
+                        header.max_timestamp,
+                    )),
+                    (true, None) => {}
+                }
+            })?;
+            for entry in aborted {
+                segment.add_aborted(entry)?;
+            }
+        }
+        if replayed > 0 {
+            tracing::info!(partition = %self.name, from, batches = replayed, producers = states.len(), "rebuilt the producer state from the log");
+        }
+        self.producers = states;
+        Ok(())
+    }
+
+    /// Writes the producer state as of the log end to `<log end>.snapshot` (fsynced, then
+    /// renamed into place) and deletes all but the newest snapshots.
+    pub(crate) fn write_snapshot(&mut self) -> Result<(), StorageError> {
+        let offset = self.log_end_offset();
+        let path = self.dir.join(segment::file_name(offset, "snapshot"));
+        let tmp = path.with_extension("snapshot.tmp");
+        let io = |path: &Path, action| {
+            let path = path.to_path_buf();
+            move |source| StorageError::Io {
+                path,
+                action,
+                source,
+            }
+        };
+        // The snapshot stands for everything before it: the aborted transactions recorded so
+        // far must be on disk before it is (earlier segments' were synced by earlier snapshots).
+        self.active().flush_txn_index()?;
+        let bytes = self.producers.encode();
+        let file = fs::File::create(&tmp).map_err(io(&tmp, "create"))?;
+        std::io::Write::write_all(&mut &file, &bytes).map_err(io(&tmp, "write"))?;
+        file.sync_data().map_err(io(&tmp, "fsync"))?;
+        fs::rename(&tmp, &path).map_err(io(&path, "rename into place"))?;
+        let snapshots = self.snapshots()?;
+        let start = self.log_start_offset();
+        for (i, (at, old)) in snapshots.iter().enumerate() {
+            if i + SNAPSHOTS_KEPT < snapshots.len() || (*at < start && *at != offset) {
+                let _ = fs::remove_file(old);
+            }
+        }
+        Ok(())
     }
 
     fn active(&mut self) -> &mut Segment {
@@ -219,9 +364,94 @@ impl PartitionLog {
         self.config.max_message_bytes
     }
 
-    /// Appends validated batches (`headers` from [`batch::validate_all`]) after assigning their
-    /// offsets in place; returns the base offset of the first.
+    /// The last stable offset: the first offset of the oldest open transaction, or the log end.
+    /// read_committed consumers read up to it.
+    pub(crate) fn last_stable_offset(&self) -> i64 {
+        self.producers
+            .first_unstable_offset()
+            .unwrap_or_else(|| self.log_end_offset())
+    }
+
+    /// The aborted transactions a read_committed consumer needs to drop the records of, when
+    /// reading from `from` up to `upper`: (producer id, first offset), in marker order.
+    pub(crate) fn aborted_transactions(&self, from: i64, upper: i64) -> Vec<(i64, i64)> {
+        self.segments
+            .iter()
+            .filter(|s| s.next_offset() > from)
+            .flat_map(|s| s.aborted())
+            .filter(|a| a.last_offset >= from && a.first_offset < upper)
+            .map(|a| (a.producer_id, a.first_offset))
+            .collect()
+    }
+
+    /// Appends a client's validated batches (`headers` from [`batch::validate_all`]) after
+    /// assigning their offsets in place; returns the base offset of the first. A batch of an
+    /// idempotent producer is checked against its producer state first (it must come alone):
+    /// a retry of a batch already in the log is not appended again, and the original's base
+    /// offset is returned.
     pub(crate) fn append(
+        &mut self,
+        bytes: &mut [u8],
+        headers: &mut [(usize, BatchHeader)],
+    ) -> Result<i64, AppendError> {
+        if headers
+            .iter()
+            .any(|(_, h)| h.producer_id >= 0 || h.is_control())
+        {
+            if headers.len() != 1 {
+                return Err(ProducerError::SeveralBatches(headers.len()).into());
+            }
+            if let Check::Duplicate { base_offset } = self.producers.check(&headers[0].1)? {
+                tracing::debug!(partition = %self.name, producer_id = headers[0].1.producer_id, base_offset, "acknowledged a retried batch without appending it");
+                return Ok(base_offset);
+            }
+        }
+        let first = self.append_batches(bytes, headers)?;
+        for (_, header) in headers.iter() {
+            if header.producer_id >= 0 {
+                self.producers.record(header);
+            }
+        }
+        Ok(first)
+    }
+
+    /// Appends a transaction marker (COMMIT or ABORT control batch) for the producer; returns
+    /// its offset. Refused when the partition saw a newer epoch of the producer.
+    #[allow(dead_code)] // The transaction coordinator, its caller, lands next.
+    pub(crate) fn append_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<i64, AppendError> {
+        self.producers.check_marker(producer_id, producer_epoch)?;
+        let marker = Marker {
+            commit,
+            coordinator_epoch,
+        };
+        let now = now_ms();
+        let mut bytes = control::marker_batch(producer_id, producer_epoch, marker, now);
+        let header = batch::parse_header(&bytes).map_err(|source| StorageError::Corrupt {
+            path: self.dir.clone(),
+            position: 0,
+            source,
+        })?;
+        let mut headers = [(0, header)];
+        let offset = self.append_batches(&mut bytes, &mut headers)?;
+        if let Some(aborted) =
+            self.producers
+                .apply_marker(producer_id, producer_epoch, marker, offset, now)
+            && let Err(e) = self.active().add_aborted(aborted)
+        {
+            // The marker is in the log: replaying it after a restart restores the entry.
+            tracing::error!(partition = %self.name, error = %e, "cannot record an aborted transaction in the transaction index");
+        }
+        Ok(offset)
+    }
+
+    /// Assigns offsets to validated batches and writes them.
+    fn append_batches(
         &mut self,
         bytes: &mut [u8],
         headers: &mut [(usize, BatchHeader)],
@@ -266,29 +496,41 @@ impl PartitionLog {
         // policy asks for it; rolling itself does not fsync (Kafka flushes it asynchronously).
         let segment = Segment::create(&self.dir, base_offset, now)?;
         self.active().seal();
+        // The producer state as of the new segment's start, so a restart replays only it.
+        if let Err(e) = self.write_snapshot() {
+            tracing::warn!(partition = %self.name, error = %e, "cannot write a producer state snapshot");
+        }
         tracing::debug!(partition = %self.name, base_offset, "rolled a new segment");
         self.segments.push(segment);
         Ok(())
     }
 
-    /// Where to read whole batches from the one containing `offset` (see [`Segment::slice`] for
-    /// `min_one`):
-    /// `None` when the offset is outside [log start, log end], an empty read at the log end.
+    /// Where to read whole batches from the one containing `offset`, stopping before `upper`
+    /// (the log end, or the last stable offset for read_committed; see [`Segment::slice`] for
+    /// `min_one`): `None` when the offset is outside [log start, log end], an empty read at
+    /// `upper` or after it.
     pub(crate) fn read(
         &self,
         offset: i64,
         max_bytes: usize,
         min_one: bool,
+        upper: i64,
     ) -> Result<Option<Read>, StorageError> {
         if offset < self.log_start_offset() || offset > self.log_end_offset() {
             return Ok(None);
+        }
+        if offset >= upper {
+            return Ok(Some(Read::Empty));
         }
         let slot = self.segments.partition_point(|s| s.base_offset() <= offset);
         // The segment holding the offset, or the next non-empty one (an offset can fall in a
         // gap left by a rolled empty segment).
         for segment in self.segments.iter().skip(slot.saturating_sub(1)) {
+            if segment.base_offset() >= upper {
+                break;
+            }
             if let Some(slice) =
-                segment.slice(offset.max(segment.base_offset()), max_bytes, min_one)?
+                segment.slice(offset.max(segment.base_offset()), max_bytes, min_one, upper)?
             {
                 return Ok(Some(Read::Slice(slice)));
             }
@@ -333,6 +575,12 @@ impl PartitionLog {
 
     /// Deletes segments that retention no longer keeps; returns how many were deleted.
     pub(crate) fn enforce_retention(&mut self, now: i64) -> Result<usize, StorageError> {
+        let expired = self
+            .producers
+            .expire(now, self.config.producer_id_expiration_ms);
+        if expired > 0 {
+            tracing::debug!(partition = %self.name, expired, "forgot idle producers");
+        }
         let mut deleted = 0;
         let mut total = self.size_bytes() as i64;
         while self.segments.len() > 1 {
@@ -413,30 +661,40 @@ mod tests {
         assert!(log.segment_count() > 3);
         assert_eq!(log.log_end_offset(), 150);
         for offset in [0, 1, 2, 3, 77, 149] {
-            let bytes = log.read(offset, 1, true).unwrap().unwrap().bytes().unwrap();
+            let bytes = log
+                .read(offset, 1, true, i64::MAX)
+                .unwrap()
+                .unwrap()
+                .bytes()
+                .unwrap();
             let header = batch::validate(&bytes).unwrap();
             assert_eq!(header.base_offset, offset / 3 * 3);
             assert_eq!(bytes.len(), header.size);
         }
         assert!(
-            log.read(150, 100, true)
+            log.read(150, 100, true, i64::MAX)
                 .unwrap()
                 .unwrap()
                 .bytes()
                 .unwrap()
                 .is_empty()
         );
-        assert!(log.read(151, 100, true).unwrap().is_none());
+        assert!(log.read(151, 100, true, i64::MAX).unwrap().is_none());
         // Past the response's first batch, a batch larger than the limit is not sent.
         assert!(
-            log.read(0, 1, false)
+            log.read(0, 1, false, i64::MAX)
                 .unwrap()
                 .unwrap()
                 .bytes()
                 .unwrap()
                 .is_empty()
         );
-        let several = log.read(0, 300, false).unwrap().unwrap().bytes().unwrap();
+        let several = log
+            .read(0, 300, false, i64::MAX)
+            .unwrap()
+            .unwrap()
+            .bytes()
+            .unwrap();
         assert!(!several.is_empty() && several.len() <= 300);
         assert_eq!(
             batch::validate_all(&several).unwrap().len() * batch::validate(&several).unwrap().size,
@@ -447,7 +705,13 @@ mod tests {
         assert!(log.offset_for_timestamp(5000).unwrap().is_none());
 
         let before: Vec<Bytes> = (0..150)
-            .map(|o| log.read(o, 1000, true).unwrap().unwrap().bytes().unwrap())
+            .map(|o| {
+                log.read(o, 1000, true, i64::MAX)
+                    .unwrap()
+                    .unwrap()
+                    .bytes()
+                    .unwrap()
+            })
             .collect();
         let segments = log.segment_count();
         drop(log);
@@ -458,7 +722,7 @@ mod tests {
         assert_eq!(log.segment_count(), segments);
         for (offset, bytes) in before.iter().enumerate() {
             assert_eq!(
-                &log.read(offset as i64, 1000, true)
+                &log.read(offset as i64, 1000, true, i64::MAX)
                     .unwrap()
                     .unwrap()
                     .bytes()
@@ -475,7 +739,7 @@ mod tests {
         let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500), true).unwrap();
         for (offset, bytes) in before.iter().enumerate() {
             assert_eq!(
-                &log.read(offset as i64, 1000, true)
+                &log.read(offset as i64, 1000, true, i64::MAX)
                     .unwrap()
                     .unwrap()
                     .bytes()
@@ -491,13 +755,166 @@ mod tests {
         let start = log.log_start_offset();
         assert!(start > 0);
         assert_eq!(
-            &log.read(start, 1000, true)
+            &log.read(start, 1000, true, i64::MAX)
                 .unwrap()
                 .unwrap()
                 .bytes()
                 .unwrap(),
             &before[start as usize]
         );
+    }
+
+    fn log_bases(dir: &Path) -> Vec<i64> {
+        let mut bases: Vec<i64> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+            .collect();
+        bases.sort_unstable();
+        bases
+    }
+
+    fn produce(
+        log: &mut PartitionLog,
+        pid: i64,
+        epoch: i16,
+        seq: i32,
+        count: i32,
+        txn: bool,
+    ) -> Result<i64, AppendError> {
+        let mut bytes = batch::tests::make_producer_batch(pid, epoch, seq, count, txn);
+        let mut headers = batch::validate_all(&bytes).unwrap();
+        log.append(&mut bytes, &mut headers)
+    }
+
+    fn committed_offsets(log: &PartitionLog, from: i64) -> Vec<i64> {
+        // What a read_committed consumer keeps: records up to the LSO, minus aborted ones.
+        let upper = log.last_stable_offset();
+        let aborted = log.aborted_transactions(from, upper);
+        let Some(Read::Slice(slice)) = log.read(from, 1 << 20, true, upper).unwrap() else {
+            return Vec::new();
+        };
+        let mut bytes = slice.read().unwrap();
+        let mut out = Vec::new();
+        let mut open_aborts: Vec<(i64, i64)> = aborted.clone();
+        while !bytes.is_empty() {
+            let header = batch::validate(&bytes).unwrap();
+            let this = bytes.split_to(header.size);
+            if header.is_control() {
+                open_aborts.retain(|(pid, _)| *pid != header.producer_id);
+                let _ = this;
+                continue;
+            }
+            let dropped = header.is_transactional()
+                && open_aborts
+                    .iter()
+                    .any(|(pid, first)| *pid == header.producer_id && *first <= header.base_offset);
+            if !dropped {
+                out.extend(header.base_offset..=header.last_offset());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn idempotent_retries_are_not_appended_twice_even_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        for clean in [true, false] {
+            let _ = std::fs::remove_dir_all(dir.path());
+            let mut log = PartitionLog::open(dir.path(), "p-0".into(), config(400), true).unwrap();
+            let mut offsets = Vec::new();
+            for i in 0..30 {
+                offsets.push(produce(&mut log, 5, 0, i * 2, 2, false).unwrap());
+            }
+            assert!(log.segment_count() > 3);
+            assert_eq!(produce(&mut log, 5, 0, 58, 2, false).unwrap(), offsets[29]);
+            assert!(matches!(
+                produce(&mut log, 5, 0, 70, 2, false),
+                Err(AppendError::Producer(
+                    ProducerError::OutOfOrderSequence { .. }
+                ))
+            ));
+            if clean {
+                log.flush().unwrap();
+                log.write_snapshot().unwrap();
+            }
+            let end = log.log_end_offset();
+            drop(log);
+            // A torn write after the last batch: recovery cuts it and replays from a snapshot.
+            let mut log = PartitionLog::open(dir.path(), "p-0".into(), config(400), clean).unwrap();
+            assert_eq!(log.log_end_offset(), end);
+            for (i, offset) in offsets.iter().enumerate().skip(25) {
+                assert_eq!(
+                    produce(&mut log, 5, 0, i as i32 * 2, 2, false).unwrap(),
+                    *offset
+                );
+            }
+            assert_eq!(produce(&mut log, 5, 0, 60, 2, false).unwrap(), end);
+            assert!(matches!(
+                produce(&mut log, 5, 0, 0, 2, false),
+                Err(AppendError::Producer(
+                    ProducerError::OutOfOrderSequence { .. }
+                ))
+            ));
+            let snapshots = log.snapshots().unwrap();
+            assert!(snapshots.len() <= SNAPSHOTS_KEPT, "{snapshots:?}");
+        }
+    }
+
+    #[test]
+    fn read_committed_stops_at_the_open_transaction_and_skips_aborted_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(300), true).unwrap();
+        // Producer 1 commits 0..4; producer 2 aborts 4..6 (interleaved); producer 3 stays open.
+        produce(&mut log, 1, 0, 0, 2, true).unwrap();
+        produce(&mut log, 2, 0, 0, 2, true).unwrap();
+        produce(&mut log, 1, 0, 2, 2, true).unwrap();
+        assert_eq!(log.last_stable_offset(), 0);
+        assert_eq!(committed_offsets(&log, 0), Vec::<i64>::new());
+        assert_eq!(log.append_marker(1, 0, true, 0).unwrap(), 6);
+        assert_eq!(log.last_stable_offset(), 2);
+        assert_eq!(committed_offsets(&log, 0), vec![0, 1]);
+        produce(&mut log, 3, 0, 0, 3, true).unwrap();
+        // A fencing abort with a bumped epoch.
+        assert_eq!(log.append_marker(2, 1, false, 0).unwrap(), 10);
+        assert_eq!(log.last_stable_offset(), 7);
+        assert_eq!(committed_offsets(&log, 0), vec![0, 1, 4, 5]);
+        assert_eq!(log.aborted_transactions(0, 7), vec![(2, 2)]);
+        assert_eq!(log.aborted_transactions(11, 20), vec![]);
+        assert!(matches!(
+            produce(&mut log, 2, 0, 2, 1, true),
+            Err(AppendError::Producer(
+                ProducerError::InvalidProducerEpoch { .. }
+            ))
+        ));
+        assert!(log.append_marker(2, 0, false, 0).is_err());
+        let snapshot_at = log.log_end_offset();
+        log.write_snapshot().unwrap();
+        // After the snapshot: another abort, in a later segment.
+        for seq in 3..40 {
+            produce(&mut log, 3, 0, seq, 1, true).unwrap();
+        }
+        let abort_at = log.append_marker(3, 0, false, 0).unwrap();
+        assert!(abort_at > snapshot_at);
+        let end = log.log_end_offset();
+        assert_eq!(log.last_stable_offset(), end);
+        let expected = committed_offsets(&log, 0);
+        assert_eq!(expected, vec![0, 1, 4, 5]);
+        drop(log);
+        // A crash that lost the active segment's transaction index: replay restores it.
+        let active_base = log_bases(dir.path()).pop().unwrap();
+        assert!(abort_at >= active_base);
+        std::fs::remove_file(dir.path().join(segment::file_name(active_base, "txnindex"))).unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(300), false).unwrap();
+        assert_eq!(log.last_stable_offset(), end);
+        assert_eq!(committed_offsets(&log, 0), expected);
+        assert_eq!(log.aborted_transactions(0, end).len(), 2);
+        // Producer 3 goes on after its sequence, in a new transaction.
+        assert!(produce(&mut log, 3, 0, 20, 1, true).is_err());
+        assert!(produce(&mut log, 3, 0, 40, 1, true).is_ok());
+        assert_eq!(log.append_marker(3, 0, true, 0).unwrap(), end + 1);
+        // The deduplication state came back too.
+        assert_eq!(produce(&mut log, 1, 0, 2, 2, true).unwrap(), 4);
     }
 
     #[test]
@@ -545,7 +962,7 @@ mod tests {
                 let mut log =
                     PartitionLog::open(dir.path(), "g-0".into(), config(500), clean).unwrap();
                 let end = log.log_end_offset();
-                let _ = log.read(0, 1000, true).unwrap();
+                let _ = log.read(0, 1000, true, i64::MAX).unwrap();
                 let _ = log.offset_for_timestamp(0).unwrap();
                 if end < i64::MAX - 10 {
                     let next = append(&mut log, 1, 7);

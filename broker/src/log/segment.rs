@@ -9,6 +9,9 @@ use bytes::{Bytes, BytesMut};
 
 use super::StorageError;
 use super::batch::{self, BatchHeader, HEADER_LEN};
+use super::control::{self, Marker};
+use super::producers::AbortedTxn;
+use super::txn_index::TxnIndex;
 
 const INDEX_ENTRY: usize = 8;
 const TIME_ENTRY: usize = 12;
@@ -48,6 +51,8 @@ pub(crate) struct Segment {
     created_ms: i64,
     /// index.interval.bytes in force.
     index_interval: u64,
+    /// Transactions aborted by markers in this segment.
+    txn_index: TxnIndex,
 }
 
 fn io_err(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> StorageError {
@@ -100,6 +105,7 @@ impl Segment {
             offset_of_max_timestamp: base_offset,
             created_ms: 0,
             index_interval: 4096,
+            txn_index: TxnIndex::empty(dir.join(file_name(base_offset, "txnindex"))),
         })
     }
 
@@ -167,6 +173,10 @@ impl Segment {
                 .map_err(io_err(&segment.log_path, "truncate"))?;
         }
         segment.rewrite_indexes()?;
+        segment.txn_index = TxnIndex::open(
+            segment.log_path.with_extension("txnindex"),
+            segment.next_offset,
+        )?;
         segment.created_ms = if segment.size == 0 {
             now_ms
         } else {
@@ -249,6 +259,8 @@ impl Segment {
                 segment.max_timestamp = max_timestamp;
                 segment.offset_of_max_timestamp = base_offset + i64::from(relative);
                 segment.created_ms = segment.first_timestamp_or(now_ms);
+                segment.txn_index =
+                    TxnIndex::open(segment.log_path.with_extension("txnindex"), next_base)?;
                 Ok((segment, Recovery { truncated_bytes: 0 }))
             }
             _ => {
@@ -456,20 +468,31 @@ impl Segment {
     }
 
     /// Where the batches from the one containing `offset` lie: the whole batches that fit in
-    /// `max_bytes`. When the first alone is larger, it is returned whole if `min_one` (so a
+    /// `max_bytes` and start before `upper` (a batch boundary: the log end or the last stable
+    /// offset). When the first alone is larger, it is returned whole if `min_one` (so a
     /// consumer always makes progress, KIP-74), else nothing.
     pub(crate) fn slice(
         &self,
         offset: i64,
         max_bytes: usize,
         min_one: bool,
+        upper: i64,
     ) -> Result<Option<FileSlice>, StorageError> {
         let Some((position, first)) = self.position_of(offset)? else {
             return Ok(None);
         };
+        let stop = if upper >= self.next_offset {
+            self.size
+        } else if upper <= self.base_offset {
+            0
+        } else {
+            self.position_of(upper)?.map_or(self.size, |(stop, _)| stop)
+        };
         let first_end = position + first.size as u64;
-        let end = if first.size <= max_bytes {
-            let limit = position.saturating_add(max_bytes as u64).min(self.size);
+        let end = if first_end > stop {
+            position
+        } else if first.size <= max_bytes {
+            let limit = position.saturating_add(max_bytes as u64).min(stop);
             self.whole_batches_end(first_end, limit)?
         } else if min_one {
             first_end
@@ -489,7 +512,7 @@ impl Segment {
     /// entry before `limit` when that is further on, so it reads at most an index interval's
     /// worth of headers, however many batches the range holds.
     fn whole_batches_end(&self, from: u64, limit: u64) -> Result<u64, StorageError> {
-        if limit == self.size {
+        if limit == self.size || limit == from {
             return Ok(limit);
         }
         let slot = self
@@ -564,7 +587,8 @@ impl Segment {
             .map_err(io_err(&self.log_path.with_extension("index"), "fsync"))?;
         self.time_index
             .sync_data()
-            .map_err(io_err(&self.log_path.with_extension("timeindex"), "fsync"))
+            .map_err(io_err(&self.log_path.with_extension("timeindex"), "fsync"))?;
+        self.txn_index.flush()
     }
 
     /// Removes the segment's files.
@@ -576,6 +600,56 @@ impl Segment {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_err(&path, "delete")(e)),
             }
+        }
+        self.txn_index.delete()
+    }
+
+    /// Fsyncs the `.txnindex`, if there is one.
+    pub(crate) fn flush_txn_index(&self) -> Result<(), StorageError> {
+        self.txn_index.flush()
+    }
+
+    /// The transactions aborted by markers in this segment, in marker order.
+    pub(crate) fn aborted(&self) -> &[AbortedTxn] {
+        self.txn_index.entries()
+    }
+
+    /// Records a transaction aborted by a marker in this segment (once per marker).
+    pub(crate) fn add_aborted(&mut self, entry: AbortedTxn) -> Result<(), StorageError> {
+        self.txn_index.append(entry)
+    }
+
+    /// Calls `f` with the header (and, for a control batch, the marker) of every batch from
+    /// the one containing `offset` to the end of the segment.
+    pub(crate) fn for_each_batch(
+        &self,
+        offset: i64,
+        mut f: impl FnMut(&BatchHeader, Option<Marker>),
+    ) -> Result<(), StorageError> {
+        let Some((mut position, _)) = self.position_of(offset.max(self.base_offset))? else {
+            return Ok(());
+        };
+        let mut buf = [0u8; control::PARSE_LEN];
+        while position < self.size {
+            let len = usize::try_from(self.size - position)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            self.log
+                .read_exact_at(&mut buf[..len], position)
+                .map_err(io_err(&self.log_path, "read"))?;
+            let header =
+                batch::parse_header(&buf[..len]).map_err(|source| StorageError::Corrupt {
+                    path: self.log_path.clone(),
+                    position,
+                    source,
+                })?;
+            let marker = if header.is_control() {
+                control::parse(&buf[..len.min(header.size)])
+            } else {
+                None
+            };
+            f(&header, marker);
+            position += header.size as u64;
         }
         Ok(())
     }
