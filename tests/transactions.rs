@@ -1,0 +1,388 @@
+//! Transactions through the bundled broker run by the real `agent` binary: a transactional
+//! librdkafka producer keeps writing while the broker is SIGKILLed and restarted again and
+//! again, and `agent transactions` describes a producer's transaction as kafka-transactions.sh
+//! does.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+#[path = "harness.rs"]
+mod harness;
+
+use harness::{Agent, Lcg, crash_seed, free_port, wait_until};
+
+const PARTITIONS: i32 = 3;
+/// Records per transaction, spread over the partitions.
+const PER_TRANSACTION: usize = 12;
+const KILLS: usize = 5;
+
+/// Starts `agent run` on a pipeline holding only a `broker:` section on `port`, storing in
+/// `dir/broker`, and waits for it to listen.
+fn start_broker(dir: &Path, port: u16) -> Agent {
+    let config = format!("broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n");
+    let agent = Agent::start(dir, &config);
+    wait_until(Duration::from_secs(30), "the broker to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    agent
+}
+
+fn client(bootstrap: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("broker.address.family", "v4")
+        .set("log_level", "3");
+    config
+}
+
+fn create_topic(bootstrap: &str, topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = client(bootstrap).create().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let results = runtime
+        .block_on(admin.create_topics(
+            [&NewTopic::new(
+                topic,
+                PARTITIONS,
+                TopicReplication::Fixed(1),
+            )],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        ))
+        .unwrap();
+    for result in results {
+        result.unwrap();
+    }
+}
+
+/// A transactional producer with `id`, initialised.
+fn transactional_producer(bootstrap: &str, id: &str) -> Result<BaseProducer, KafkaError> {
+    let producer: BaseProducer = client(bootstrap)
+        .set("transactional.id", id)
+        .set("linger.ms", "5")
+        .set("reconnect.backoff.max.ms", "200")
+        .create()?;
+    producer.init_transactions(Duration::from_secs(10))?;
+    Ok(producer)
+}
+
+/// One transaction `t`: records `t<t>-<i>`, record i to partition i % PARTITIONS.
+fn write_transaction(producer: &BaseProducer, topic: &str, t: usize) -> Result<(), KafkaError> {
+    producer.begin_transaction()?;
+    for i in 0..PER_TRANSACTION {
+        let value = format!("t{t}-{i}");
+        let record = BaseRecord::<(), str>::to(topic)
+            .payload(&value)
+            .partition((i % PARTITIONS as usize) as i32);
+        producer.send(record).map_err(|(e, _)| e)?;
+        producer.poll(Duration::ZERO);
+    }
+    producer.commit_transaction(Duration::from_secs(10))
+}
+
+/// What the writer thread knows.
+#[derive(Default)]
+struct Written {
+    /// Transactions whose commit_transaction returned Ok.
+    committed: BTreeSet<usize>,
+    /// Transactions attempted (committed or not).
+    attempted: usize,
+}
+
+/// Writes transactions one after the other until `stop`; after any failure (the broker went
+/// away) it starts over with a new producer instance with the same transactional id, which
+/// fences the old one and ends its transaction.
+fn writer(bootstrap: String, topic: String, stop: Arc<AtomicBool>, written: Arc<Mutex<Written>>) {
+    let mut producer: Option<BaseProducer> = None;
+    let mut t = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let current = match producer.take() {
+            Some(p) => p,
+            None => match transactional_producer(&bootstrap, "crash-writer") {
+                Ok(p) => p,
+                Err(_) => continue,
+            },
+        };
+        let result = write_transaction(&current, &topic, t);
+        {
+            let mut w = written.lock().unwrap();
+            w.attempted = t + 1;
+            if result.is_ok() {
+                w.committed.insert(t);
+            }
+        }
+        t += 1;
+        if result.is_ok() {
+            producer = Some(current);
+        }
+    }
+}
+
+/// Every record of `topic` a read_committed consumer sees, read to the end of each partition.
+fn read_committed(bootstrap: &str, topic: &str) -> Vec<String> {
+    let consumer: BaseConsumer = client(bootstrap)
+        .set("group.id", "crash-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut at_end = HashSet::new();
+    let mut values = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while at_end.len() < PARTITIONS as usize {
+        assert!(
+            Instant::now() < deadline,
+            "read_committed did not reach the end of {topic}: {at_end:?}"
+        );
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                at_end.remove(&m.partition());
+                values.push(String::from_utf8(m.payload().unwrap().to_vec()).unwrap());
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => panic!("consume error: {e}"),
+            None => {}
+        }
+    }
+    values
+}
+
+#[test]
+fn transactions_are_whole_or_absent_after_broker_kills() {
+    let seed = crash_seed();
+    let mut rng = Lcg(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let bootstrap = format!("127.0.0.1:{port}");
+    let mut broker = start_broker(dir.path(), port);
+    let topic = "crash-txns";
+    create_topic(&bootstrap, topic);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(Mutex::new(Written::default()));
+    let thread = {
+        let (bootstrap, topic) = (bootstrap.clone(), topic.to_owned());
+        let (stop, written) = (Arc::clone(&stop), Arc::clone(&written));
+        std::thread::spawn(move || writer(bootstrap, topic, stop, written))
+    };
+    let committed_count = || written.lock().unwrap().committed.len();
+    for kill in 0..KILLS {
+        // Each run commits something before it dies, so every kill interrupts real work.
+        let before = committed_count();
+        wait_until(
+            Duration::from_secs(30),
+            &format!("a transaction committed before kill {kill}"),
+            || committed_count() > before,
+        );
+        std::thread::sleep(Duration::from_millis(rng.next_below(700)));
+        broker.signal(Signal::SIGKILL);
+        broker.wait(Duration::from_secs(10));
+        broker = start_broker(dir.path(), port);
+    }
+    let before = committed_count();
+    wait_until(
+        Duration::from_secs(30),
+        "a transaction committed after the last restart",
+        || committed_count() > before,
+    );
+    stop.store(true, Ordering::SeqCst);
+    thread.join().unwrap();
+    let written = written.lock().unwrap();
+
+    let mut by_transaction: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for value in read_committed(&bootstrap, topic) {
+        let (t, i) = value[1..].split_once('-').unwrap();
+        by_transaction
+            .entry(t.parse().unwrap())
+            .or_default()
+            .push(i.parse().unwrap());
+    }
+    for (t, mut records) in by_transaction.clone() {
+        records.sort_unstable();
+        assert_eq!(
+            records,
+            (0..PER_TRANSACTION).collect::<Vec<_>>(),
+            "transaction {t} is not whole (or repeated)"
+        );
+        assert!(t < written.attempted, "transaction {t} was never written");
+    }
+    for t in &written.committed {
+        assert!(
+            by_transaction.contains_key(t),
+            "transaction {t} was committed but is missing"
+        );
+    }
+    println!(
+        "{} transactions attempted, {} committed, {} visible",
+        written.attempted,
+        written.committed.len(),
+        by_transaction.len()
+    );
+}
+
+fn agent(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The rows of a kafka-transactions.sh table: tab-separated cells, padding trimmed.
+fn table(out: &Output) -> Vec<Vec<String>> {
+    assert!(
+        out.status.success(),
+        "agent failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let cells: Vec<&str> = line
+                .strip_suffix('\t')
+                .unwrap_or(line)
+                .split('\t')
+                .collect();
+            cells.into_iter().map(|c| c.trim_end().to_owned()).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn transactions_tool_lists_and_describes_an_open_then_committed_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let bootstrap = format!("127.0.0.1:{port}");
+    let _broker = start_broker(dir.path(), port);
+    let topic = "described";
+    create_topic(&bootstrap, topic);
+    let producer = transactional_producer(&bootstrap, "described-writer").unwrap();
+    producer.begin_transaction().unwrap();
+    for p in [0, 2] {
+        producer
+            .send(BaseRecord::<(), str>::to(topic).payload("x").partition(p))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+
+    let b = bootstrap.as_str();
+    let list = || table(&agent(&["transactions", "--bootstrap-server", b, "--list"]));
+    let describe = || {
+        table(&agent(&[
+            "transactions",
+            "--bootstrap-server",
+            b,
+            "--describe",
+            "--transactional-id",
+            "described-writer",
+        ]))
+    };
+    let listed = list();
+    assert_eq!(
+        listed[0],
+        [
+            "TransactionalId",
+            "Coordinator",
+            "ProducerId",
+            "TransactionState"
+        ]
+    );
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed[1][0], "described-writer");
+    assert_eq!(listed[1][1], "0");
+    let producer_id = listed[1][2].clone();
+    assert!(producer_id.parse::<i64>().unwrap() >= 0, "{listed:?}");
+    assert_eq!(listed[1][3], "Ongoing");
+
+    let described = describe();
+    assert_eq!(
+        described[0],
+        [
+            "CoordinatorId",
+            "TransactionalId",
+            "ProducerId",
+            "ProducerEpoch",
+            "TransactionState",
+            "TransactionTimeoutMs",
+            "CurrentTransactionStartTimeMs",
+            "TransactionDurationMs",
+            "TopicPartitions"
+        ]
+    );
+    let row = &described[1];
+    assert_eq!(row[..2], ["0", "described-writer"]);
+    assert_eq!(row[2], producer_id);
+    assert!(row[3].parse::<i16>().unwrap() >= 0, "{row:?}");
+    assert_eq!(row[4], "Ongoing");
+    // librdkafka's default transaction.timeout.ms.
+    assert_eq!(row[5], "60000");
+    assert!(row[6].parse::<i64>().unwrap() > 0, "{row:?}");
+    assert!(row[7].parse::<i64>().unwrap() >= 0, "{row:?}");
+    assert_eq!(row[8], "described-0,described-2");
+
+    producer
+        .commit_transaction(Duration::from_secs(10))
+        .unwrap();
+    let described = describe();
+    assert_eq!(described[1][4], "CompleteCommit", "{described:?}");
+    assert_eq!(described[1].get(8).map_or("", String::as_str), "");
+    assert_eq!(list()[1][3], "CompleteCommit");
+
+    let unknown = agent(&[
+        "transactions",
+        "--bootstrap-server",
+        b,
+        "--describe",
+        "--transactional-id",
+        "nobody",
+    ]);
+    assert_eq!(unknown.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        stderr.contains("`nobody`") && stderr.contains("TransactionalIdNotFound"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn transactions_tool_names_an_unreachable_broker() {
+    let port = free_port();
+    let out = agent(&[
+        "transactions",
+        "--bootstrap-server",
+        &format!("127.0.0.1:{port}"),
+        "--list",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("cannot connect to broker 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+}
