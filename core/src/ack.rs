@@ -81,6 +81,8 @@ pub struct AckTracker {
     source: String,
     store: Arc<dyn CheckpointStore>,
     state: Mutex<TrackerState>,
+    /// The last checkpoint saved.
+    saved: Mutex<Option<Checkpoint>>,
 }
 
 #[derive(Default)]
@@ -97,6 +99,7 @@ impl AckTracker {
             source: source.into(),
             store,
             state: Mutex::new(TrackerState::default()),
+            saved: Mutex::new(None),
         })
     }
 
@@ -155,11 +158,21 @@ impl AckTracker {
             }
             latest
         };
-        if let Some(checkpoint) = to_save
-            && let Err(error) = self.store.save(&self.source, &checkpoint)
-        {
-            tracing::error!(source = %self.source, %error, "could not save checkpoint");
+        if let Some(checkpoint) = to_save {
+            // Saved under the lock, so a slower save of an older checkpoint never lands last.
+            let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+            match self.store.save(&self.source, &checkpoint) {
+                Ok(()) => *saved = Some(checkpoint),
+                Err(error) => {
+                    tracing::error!(source = %self.source, %error, "could not save checkpoint")
+                }
+            }
         }
+    }
+
+    /// The last checkpoint saved to the store by this tracker.
+    pub fn saved(&self) -> Option<Checkpoint> {
+        self.saved.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Number of batches put but not yet fully delivered.
@@ -204,12 +217,14 @@ mod tests {
         let tracker = AckTracker::new("src", store.clone());
         let ok = tracker.begin(1, 1, Some(Checkpoint::new(b"1".to_vec())));
         let bad = tracker.begin(1, 1, Some(Checkpoint::new(b"2".to_vec())));
+        assert_eq!(tracker.saved(), None);
         ok.delivered(1);
         bad.failed(1);
         assert_eq!(
             store.load("src").unwrap(),
             Some(Checkpoint::new(b"1".to_vec()))
         );
+        assert_eq!(tracker.saved(), Some(Checkpoint::new(b"1".to_vec())));
         assert_eq!(tracker.in_flight(), 0);
     }
 

@@ -81,6 +81,8 @@ struct Inner {
     interceptors: Vec<Arc<dyn Interceptor>>,
     shutdown: Shutdown,
     resume: Option<Checkpoint>,
+    /// Without a tracker: the checkpoint of the last batch every channel committed.
+    committed: std::sync::Mutex<Option<Checkpoint>>,
     /// Present when at least one channel is not durable: checkpoints then wait for delivery.
     tracker: Option<Arc<AckTracker>>,
     metrics: ComponentMetrics,
@@ -123,6 +125,7 @@ impl SourceContext {
             channels,
             interceptors,
             shutdown,
+            committed: std::sync::Mutex::new(resume.clone()),
             resume,
             tracker,
             metrics,
@@ -137,6 +140,23 @@ impl SourceContext {
     /// The checkpoint to resume from, saved by an earlier run.
     pub fn checkpoint(&self) -> Option<&Checkpoint> {
         self.0.resume.as_ref()
+    }
+
+    /// The newest checkpoint that is durable: with durable channels only, that of the last batch
+    /// `send` completed; with a memory channel, the last one saved once its events (and all
+    /// before them) were delivered by the sinks. What a source may acknowledge upstream for
+    /// good (a Kafka source commits these offsets to its group, a spooling source may delete a
+    /// file). `None` before anything is durable and when no batch carried a checkpoint.
+    pub fn durable_checkpoint(&self) -> Option<Checkpoint> {
+        match &self.0.tracker {
+            Some(tracker) => tracker.saved().or_else(|| self.0.resume.clone()),
+            None => self
+                .0
+                .committed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
     }
 
     /// The shutdown signal: stop reading when it fires.
@@ -237,6 +257,9 @@ impl SourceContext {
                 }
                 return Err(error);
             }
+        }
+        if let Some(checkpoint) = durable_checkpoint {
+            *inner.committed.lock().unwrap_or_else(|e| e.into_inner()) = Some(checkpoint);
         }
         inner.accepted.add(n as u64);
         inner.batches_accepted.inc();
