@@ -1,16 +1,22 @@
 //! Broker metadata in SQLite (`<data_dir>/metadata.sqlite`): the cluster id, topics with their
 //! ids and partition counts, topic config overrides, consumer groups and their committed
-//! offsets. Later: producer ids and transaction state, as more tables here.
+//! offsets, producer ids and transaction state.
 //!
 //! | table | row | written |
 //! |---|---|---|
 //! | `groups` | group id, protocol type, generation, when it entered its state (ms) | at the end of every join phase |
-//! | `group_offsets` | group, topic, partition, offset, leader epoch, metadata, commit time (ms) | by OffsetCommit, one transaction per request |
+//! | `group_offsets` | group, topic, partition, offset, leader epoch, metadata, commit time (ms) | by OffsetCommit, one transaction per request; by a committing transaction |
+//! | `producer_ids` | the next producer id to hand out (one row) | by every InitProducerId that needs a new id, before answering |
+//! | `transactions` | transactional id, producer id and epoch, the previous ones, timeout, state, start and last update time (ms) | at every state change of the transaction coordinator, before answering |
+//! | `txn_partitions` | transactional id, topic, partition | with its transaction: the partitions of the open transaction |
+//! | `txn_groups` | transactional id, group | with its transaction: the groups of AddOffsetsToTxn |
+//! | `txn_pending_offsets` | transactional id, group, topic, partition, offset, leader epoch, metadata, commit time (ms) | by TxnOffsetCommit; moved into `group_offsets` (commit) or deleted (abort) in the transaction that records the outcome |
 //!
-//! A committed offset names an existing topic (a foreign key), so deleting a topic deletes the
-//! offsets committed for it.
+//! A committed or pending offset names an existing topic (a foreign key), so deleting a topic
+//! deletes the offsets committed for it. Producer ids only grow: an id is never handed out twice,
+//! across restarts included.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -71,6 +77,44 @@ CREATE TABLE IF NOT EXISTS group_offsets (
     PRIMARY KEY (group_id, topic, partition)
 );
 CREATE INDEX IF NOT EXISTS group_offsets_by_topic ON group_offsets (topic);
+CREATE TABLE IF NOT EXISTS producer_ids (
+    singleton INTEGER PRIMARY KEY CHECK (singleton = 0),
+    next_id INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS transactions (
+    transactional_id TEXT PRIMARY KEY,
+    producer_id INTEGER NOT NULL,
+    last_producer_id INTEGER NOT NULL,
+    producer_epoch INTEGER NOT NULL,
+    last_producer_epoch INTEGER NOT NULL,
+    timeout_ms INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    start_ms INTEGER NOT NULL,
+    last_update_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS txn_partitions (
+    transactional_id TEXT NOT NULL REFERENCES transactions(transactional_id) ON DELETE CASCADE,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    PRIMARY KEY (transactional_id, topic, partition)
+);
+CREATE TABLE IF NOT EXISTS txn_groups (
+    transactional_id TEXT NOT NULL REFERENCES transactions(transactional_id) ON DELETE CASCADE,
+    group_id TEXT NOT NULL,
+    PRIMARY KEY (transactional_id, group_id)
+);
+CREATE TABLE IF NOT EXISTS txn_pending_offsets (
+    transactional_id TEXT NOT NULL REFERENCES transactions(transactional_id) ON DELETE CASCADE,
+    group_id TEXT NOT NULL,
+    topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    partition INTEGER NOT NULL,
+    committed_offset INTEGER NOT NULL,
+    leader_epoch INTEGER NOT NULL,
+    metadata TEXT,
+    commit_timestamp INTEGER NOT NULL,
+    PRIMARY KEY (transactional_id, group_id, topic, partition)
+);
+CREATE INDEX IF NOT EXISTS txn_pending_offsets_by_group ON txn_pending_offsets (group_id);
 ";
 
 /// A group as stored: what survives a restart besides its offsets.
@@ -93,6 +137,25 @@ pub(crate) struct CommittedOffset {
     pub(crate) metadata: Option<String>,
     /// Wall-clock ms of the commit.
     pub(crate) commit_timestamp: i64,
+}
+
+/// A transactional id's coordinator state as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TransactionRecord {
+    pub(crate) transactional_id: String,
+    pub(crate) producer_id: i64,
+    pub(crate) last_producer_id: i64,
+    pub(crate) producer_epoch: i16,
+    pub(crate) last_producer_epoch: i16,
+    pub(crate) timeout_ms: i32,
+    /// Kafka's name of the state (`Ongoing`, `PrepareCommit`, ...).
+    pub(crate) state: String,
+    /// Wall-clock ms when the open transaction started; -1 when none is open.
+    pub(crate) start_ms: i64,
+    /// Wall-clock ms of the last state change.
+    pub(crate) last_update_ms: i64,
+    pub(crate) partitions: BTreeSet<(String, i32)>,
+    pub(crate) groups: BTreeSet<String>,
 }
 
 impl Catalog {
@@ -384,4 +447,215 @@ impl Catalog {
             )
         })
     }
+
+    /// Hands out a producer id never handed out before (the counter is durable).
+    pub(crate) fn next_producer_id(&self) -> Result<i64, CatalogError> {
+        self.with("allocate a producer id", |conn| {
+            let tx = conn.transaction()?;
+            let id: i64 = tx
+                .query_row(
+                    "SELECT next_id FROM producer_ids WHERE singleton = 0",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?
+                .unwrap_or(0);
+            tx.execute(
+                "INSERT INTO producer_ids (singleton, next_id) VALUES (0, ?1)
+                 ON CONFLICT (singleton) DO UPDATE SET next_id = ?1",
+                [id + 1],
+            )?;
+            tx.commit()?;
+            Ok(id)
+        })
+    }
+
+    /// Every stored transactional id with its partitions and groups.
+    pub(crate) fn transactions(&self) -> Result<Vec<TransactionRecord>, CatalogError> {
+        self.with("read transactions", |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT transactional_id, producer_id, last_producer_id, producer_epoch,
+                 last_producer_epoch, timeout_ms, state, start_ms, last_update_ms
+                 FROM transactions ORDER BY transactional_id",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(TransactionRecord {
+                    transactional_id: r.get(0)?,
+                    producer_id: r.get(1)?,
+                    last_producer_id: r.get(2)?,
+                    producer_epoch: r.get(3)?,
+                    last_producer_epoch: r.get(4)?,
+                    timeout_ms: r.get(5)?,
+                    state: r.get(6)?,
+                    start_ms: r.get(7)?,
+                    last_update_ms: r.get(8)?,
+                    partitions: BTreeSet::new(),
+                    groups: BTreeSet::new(),
+                })
+            })?;
+            let mut all = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut partitions = conn.prepare(
+                "SELECT topic, partition FROM txn_partitions WHERE transactional_id = ?1",
+            )?;
+            let mut groups =
+                conn.prepare("SELECT group_id FROM txn_groups WHERE transactional_id = ?1")?;
+            for txn in &mut all {
+                let rows = partitions
+                    .query_map([&txn.transactional_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                txn.partitions = rows.collect::<rusqlite::Result<_>>()?;
+                let rows = groups.query_map([&txn.transactional_id], |r| r.get(0))?;
+                txn.groups = rows.collect::<rusqlite::Result<_>>()?;
+            }
+            Ok(all)
+        })
+    }
+
+    /// Records a transactional id's state, partitions and groups, all or none.
+    pub(crate) fn save_transaction(&self, txn: &TransactionRecord) -> Result<(), CatalogError> {
+        self.with("save a transaction", |conn| {
+            let tx = conn.transaction()?;
+            save_transaction(&tx, txn)?;
+            tx.commit()
+        })
+    }
+
+    /// Records a transaction's outcome and, in the same SQLite transaction, makes its pending
+    /// offsets committed offsets (`commit`) or drops them.
+    pub(crate) fn complete_transaction(
+        &self,
+        txn: &TransactionRecord,
+        commit: bool,
+    ) -> Result<usize, CatalogError> {
+        self.with("complete a transaction", |conn| {
+            let tx = conn.transaction()?;
+            let moved = if commit {
+                tx.execute(
+                    "INSERT INTO group_offsets (group_id, topic, partition, committed_offset,
+                     leader_epoch, metadata, commit_timestamp)
+                     SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata,
+                     commit_timestamp FROM txn_pending_offsets WHERE transactional_id = ?1
+                     ON CONFLICT (group_id, topic, partition) DO UPDATE SET
+                     committed_offset = excluded.committed_offset,
+                     leader_epoch = excluded.leader_epoch, metadata = excluded.metadata,
+                     commit_timestamp = excluded.commit_timestamp",
+                    [&txn.transactional_id],
+                )?
+            } else {
+                0
+            };
+            tx.execute(
+                "DELETE FROM txn_pending_offsets WHERE transactional_id = ?1",
+                [&txn.transactional_id],
+            )?;
+            save_transaction(&tx, txn)?;
+            tx.commit()?;
+            Ok(moved)
+        })
+    }
+
+    /// Forgets a transactional id, its partitions, groups and pending offsets.
+    pub(crate) fn delete_transaction(&self, transactional_id: &str) -> Result<(), CatalogError> {
+        self.with("delete a transaction", |conn| {
+            conn.execute(
+                "DELETE FROM transactions WHERE transactional_id = ?1",
+                [transactional_id],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Stages offsets of an open transaction for a group; they replace earlier ones of the
+    /// same transaction and partition.
+    pub(crate) fn stage_txn_offsets(
+        &self,
+        transactional_id: &str,
+        group_id: &str,
+        offsets: &[CommittedOffset],
+    ) -> Result<(), CatalogError> {
+        self.with("stage transactional offsets", |conn| {
+            let tx = conn.transaction()?;
+            {
+                let mut stmt = tx.prepare_cached(
+                    "INSERT INTO txn_pending_offsets (transactional_id, group_id, topic,
+                     partition, committed_offset, leader_epoch, metadata, commit_timestamp)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                     ON CONFLICT (transactional_id, group_id, topic, partition) DO UPDATE SET
+                     committed_offset = ?5, leader_epoch = ?6, metadata = ?7,
+                     commit_timestamp = ?8",
+                )?;
+                for o in offsets {
+                    stmt.execute(params![
+                        transactional_id,
+                        group_id,
+                        o.topic,
+                        o.partition,
+                        o.offset,
+                        o.leader_epoch,
+                        o.metadata,
+                        o.commit_timestamp
+                    ])?;
+                }
+            }
+            tx.commit()
+        })
+    }
+
+    /// The partitions of a group with offsets staged by an open transaction.
+    pub(crate) fn pending_txn_offsets(
+        &self,
+        group_id: &str,
+    ) -> Result<BTreeSet<(String, i32)>, CatalogError> {
+        self.with("read pending transactional offsets", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT DISTINCT topic, partition FROM txn_pending_offsets WHERE group_id = ?1",
+            )?;
+            let rows = stmt.query_map([group_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect()
+        })
+    }
+}
+
+fn save_transaction(
+    tx: &rusqlite::Transaction<'_>,
+    txn: &TransactionRecord,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO transactions (transactional_id, producer_id, last_producer_id, producer_epoch,
+         last_producer_epoch, timeout_ms, state, start_ms, last_update_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+         ON CONFLICT (transactional_id) DO UPDATE SET producer_id = ?2, last_producer_id = ?3,
+         producer_epoch = ?4, last_producer_epoch = ?5, timeout_ms = ?6, state = ?7,
+         start_ms = ?8, last_update_ms = ?9",
+        params![
+            txn.transactional_id,
+            txn.producer_id,
+            txn.last_producer_id,
+            txn.producer_epoch,
+            txn.last_producer_epoch,
+            txn.timeout_ms,
+            txn.state,
+            txn.start_ms,
+            txn.last_update_ms
+        ],
+    )?;
+    tx.execute(
+        "DELETE FROM txn_partitions WHERE transactional_id = ?1",
+        [&txn.transactional_id],
+    )?;
+    tx.execute(
+        "DELETE FROM txn_groups WHERE transactional_id = ?1",
+        [&txn.transactional_id],
+    )?;
+    let mut partitions = tx.prepare_cached(
+        "INSERT INTO txn_partitions (transactional_id, topic, partition) VALUES (?1, ?2, ?3)",
+    )?;
+    for (topic, partition) in &txn.partitions {
+        partitions.execute(params![txn.transactional_id, topic, partition])?;
+    }
+    let mut groups =
+        tx.prepare_cached("INSERT INTO txn_groups (transactional_id, group_id) VALUES (?1, ?2)")?;
+    for group in &txn.groups {
+        groups.execute(params![txn.transactional_id, group])?;
+    }
+    Ok(())
 }

@@ -82,6 +82,17 @@ pub struct BrokerConfig {
     /// How long the first rebalance of an empty group waits for more members to join, so they
     /// all get partitions in one round (Kafka `group.initial.rebalance.delay.ms`). Default 3000.
     pub group_initial_rebalance_delay_ms: u64,
+    /// Largest `transaction.timeout.ms` a transactional producer may ask for; InitProducerId
+    /// with a larger one gets INVALID_TRANSACTION_TIMEOUT (Kafka `transaction.max.timeout.ms`).
+    /// Default 900000 (15 minutes).
+    pub transaction_max_timeout_ms: i32,
+    /// How often open transactions past their timeout are aborted, fencing their producers, and
+    /// idle transactional ids past `transactional_id_expiration_ms` removed (Kafka
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`). Default 10000.
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
+    /// A transactional id without any transaction for this long is forgotten (Kafka
+    /// `transactional.id.expiration.ms`). Default 604800000 (7 days).
+    pub transactional_id_expiration_ms: i64,
 }
 
 impl Default for BrokerConfig {
@@ -111,6 +122,9 @@ impl Default for BrokerConfig {
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 1_800_000,
             group_initial_rebalance_delay_ms: 3000,
+            transaction_max_timeout_ms: 900_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
         }
     }
 }
@@ -132,6 +146,12 @@ mod tests {
         assert!(config.auto_create_topics_enable);
         assert_eq!(config.offsets_retention_minutes, 10_080);
         assert_eq!(config.group_initial_rebalance_delay_ms, 3000);
+        assert_eq!(config.transaction_max_timeout_ms, 900_000);
+        assert_eq!(
+            config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            10_000
+        );
+        assert_eq!(config.transactional_id_expiration_ms, 604_800_000);
         let unknown = serde_json::from_str::<BrokerConfig>(r#"{"num.partitions": 3}"#);
         assert!(unknown.is_err());
     }

@@ -6,6 +6,7 @@
 //! - `topics` and `catalog`: the topics, their configs in SQLite; `log`: the partition log on
 //!   disk, laid out as Kafka lays it out.
 //! - `groups`: the group coordinator (classic consumer groups) and committed offsets.
+//! - `txn`: the transaction coordinator (producer ids, transactions, transactional offsets).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), ferry_broker::BrokerError> {
@@ -26,6 +27,7 @@ mod log;
 mod server;
 mod topic_config;
 mod topics;
+mod txn;
 
 pub use catalog::CatalogError;
 pub use config::BrokerConfig;

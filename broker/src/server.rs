@@ -1,4 +1,5 @@
-//! Starting and stopping the broker: the listener, the connection tasks, retention.
+//! Starting and stopping the broker: the listener, the connection tasks, retention, the
+//! group and transaction timeouts.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ use crate::config::BrokerConfig;
 use crate::connection;
 use crate::groups::GroupCoordinator;
 use crate::topics::{TopicError, Topics};
+use crate::txn::TxnCoordinator;
 
 /// Written after every log was fsynced at shutdown (Kafka's name); its absence at start means
 /// a crash, so finished segments are checked rather than trusted.
@@ -128,6 +130,13 @@ impl Broker {
                 config.group_min_session_timeout_ms, config.group_max_session_timeout_ms
             )));
         }
+        if config.transaction_max_timeout_ms < 1 || config.transactional_id_expiration_ms < 1 {
+            return Err(BrokerError::Config(format!(
+                "transaction_max_timeout_ms ({}) and transactional_id_expiration_ms ({}) must be \
+                 positive",
+                config.transaction_max_timeout_ms, config.transactional_id_expiration_ms
+            )));
+        }
         std::fs::create_dir_all(&config.data_dir).map_err(|source| BrokerError::DataDir {
             path: config.data_dir.clone(),
             source,
@@ -147,7 +156,7 @@ impl Broker {
         let loaded = {
             let config = config.clone();
             tokio::task::spawn_blocking(
-                move || -> Result<(Topics, GroupCoordinator, String), BrokerError> {
+                move || -> Result<(Topics, GroupCoordinator, TxnCoordinator, String), BrokerError> {
                     let catalog = Catalog::open(&config.data_dir)?;
                     let cluster_id = catalog.cluster_id()?;
                     // The marker is removed while running, so a crash leaves none behind.
@@ -163,17 +172,22 @@ impl Broker {
                     }
                     let topics = Topics::open(config.clone(), catalog, clean_shutdown)?;
                     let groups = GroupCoordinator::load(&config, topics.catalog())?;
-                    Ok((topics, groups, cluster_id))
+                    // Transactions decided before a stop get their markers (again) before
+                    // any client is served.
+                    let txns = TxnCoordinator::load(&config, topics.catalog())?;
+                    txns.recover(&topics);
+                    Ok((topics, groups, txns, cluster_id))
                 },
             )
             .await
             .map_err(|e| BrokerError::Topics(e.to_string()))??
         };
-        let (topics, groups, cluster_id) = loaded;
+        let (topics, groups, txns, cluster_id) = loaded;
         let (host, port) = advertised(&config, local_addr);
         let ctx = Arc::new(Context {
             topics,
             groups,
+            txns,
             appended: Notify::new(),
             shutdown: CancellationToken::new(),
             node_id: config.node_id,
@@ -193,6 +207,14 @@ impl Broker {
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(1)),
         ));
         tracker.spawn(group_timeouts(Arc::clone(&ctx)));
+        tracker.spawn(transaction_timeouts(
+            Arc::clone(&ctx),
+            Duration::from_millis(
+                config
+                    .transaction_abort_timed_out_transaction_cleanup_interval_ms
+                    .max(1),
+            ),
+        ));
         tracing::info!(%local_addr, data_dir = %config.data_dir.display(), "broker started");
         Ok(BrokerHandle {
             local_addr,
@@ -272,6 +294,26 @@ async fn group_timeouts(ctx: Arc<Context>) {
             _ = tick.tick() => ctx.groups.tick(),
             _ = ctx.shutdown.cancelled() => return,
         }
+    }
+}
+
+/// Drives the transaction coordinator's timeouts every
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms` (see [`TxnCoordinator::tick`]).
+async fn transaction_timeouts(ctx: Arc<Context>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = ctx.shutdown.cancelled() => return,
+        }
+        let job = Arc::clone(&ctx);
+        // Markers and SQLite writes: blocking work, off the async threads.
+        let _ = tokio::task::spawn_blocking(move || {
+            job.txns.tick(&job.topics, crate::log::now_ms());
+        })
+        .await;
+        ctx.appended.notify_waiters();
     }
 }
 

@@ -1,5 +1,5 @@
-//! FindCoordinator: this broker coordinates every consumer group. Transactions have no
-//! coordinator yet (COORDINATOR_NOT_AVAILABLE).
+//! FindCoordinator: this broker coordinates every consumer group and every transactional id;
+//! other key types (KIP-932 share groups) get INVALID_REQUEST, as Kafka answers an unknown one.
 //!
 //! Besides being the first step of the group protocol, librdkafka only enables LZ4 compression
 //! against brokers that advertise this API.
@@ -20,10 +20,11 @@ pub(super) struct FindCoordinator;
 /// Versions from 4 on look up several keys at once.
 const BATCHED_FROM: i16 = 4;
 const GROUP: i8 = 0;
+const TRANSACTION: i8 = 1;
 
 fn coordinator(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
     let found = Coordinator::default().with_key(key);
-    if key_type == GROUP {
+    if key_type == GROUP || key_type == TRANSACTION {
         found
             .with_node_id(BrokerId(ctx.node_id))
             .with_host(ctx.host())
@@ -32,9 +33,9 @@ fn coordinator(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
         found
             .with_node_id(BrokerId(-1))
             .with_port(-1)
-            .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+            .with_error_code(ResponseError::InvalidRequest.code())
             .with_error_message(Some(StrBytes::from_static_str(
-                "transactions are not supported yet",
+                "unsupported coordinator key type",
             )))
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! [`ROUTES`] is the single list of what this broker serves: the connection dispatches through
 //! it and ApiVersions answers from it, so the broker can never advertise an API or a version it
-//! does not handle. Adding an API (InitProducerId, ...) is a new module with a [`Handler`] impl,
+//! does not handle. Adding an API is a new module with a [`Handler`] impl,
 //! its request's [`shape`], a sample in `samples.rs` and one line in [`ROUTES`].
 
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
 mod alter_configs;
 mod api_versions;
 mod create_partitions;
@@ -14,14 +16,18 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_transactions;
+mod end_txn;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
 mod incremental_alter_configs;
+mod init_producer_id;
 mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -31,6 +37,7 @@ mod produce;
 mod samples;
 mod shape;
 mod sync_group;
+mod txn_offset_commit;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -45,6 +52,7 @@ use tokio_util::sync::CancellationToken;
 use crate::groups::{self, GroupCoordinator};
 use crate::log::FileSlice;
 use crate::topics::Topics;
+use crate::txn::TxnCoordinator;
 
 pub(crate) use api_versions::unsupported_version_response;
 
@@ -59,10 +67,12 @@ pub(crate) fn client_host() -> String {
     CLIENT_HOST.try_with(Clone::clone).unwrap_or_default()
 }
 
-/// What every handler can reach: the topics, the groups and broker-wide facts.
+/// What every handler can reach: the topics, the groups, the transactions and broker-wide
+/// facts.
 pub(crate) struct Context {
     pub(crate) topics: Topics,
     pub(crate) groups: GroupCoordinator,
+    pub(crate) txns: TxnCoordinator,
     /// Woken after every append, for long-polling fetches.
     pub(crate) appended: Notify,
     /// Cancelled when the broker shuts down.
@@ -233,6 +243,13 @@ pub(crate) const ROUTES: &[Route] = &[
     route::<list_groups::ListGroups>(),
     route::<delete_groups::DeleteGroups>(),
     route::<offset_delete::OffsetDelete>(),
+    route::<init_producer_id::InitProducerId>(),
+    route::<add_partitions_to_txn::AddPartitionsToTxn>(),
+    route::<add_offsets_to_txn::AddOffsetsToTxn>(),
+    route::<end_txn::EndTxn>(),
+    route::<txn_offset_commit::TxnOffsetCommit>(),
+    route::<describe_transactions::DescribeTransactions>(),
+    route::<list_transactions::ListTransactions>(),
 ];
 
 /// The route for an api key, if served.
@@ -307,22 +324,25 @@ pub(crate) fn encode_error<E: std::fmt::Display>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::catalog::Catalog;
     use crate::config::BrokerConfig;
     use std::collections::BTreeMap;
 
-    pub(super) fn context(dir: &std::path::Path) -> Arc<Context> {
+    pub(crate) fn context(dir: &std::path::Path) -> Arc<Context> {
         let config = BrokerConfig {
             data_dir: dir.to_path_buf(),
             ..Default::default()
         };
         let topics = Topics::open(config.clone(), Catalog::open(dir).unwrap(), true).unwrap();
         let groups = GroupCoordinator::load(&config, topics.catalog()).unwrap();
+        let txns = TxnCoordinator::load(&config, topics.catalog()).unwrap();
+        txns.recover(&topics);
         Arc::new(Context {
             topics,
             groups,
+            txns,
             appended: Notify::new(),
             shutdown: CancellationToken::new(),
             node_id: 0,

@@ -1,5 +1,7 @@
 //! OffsetFetch: a group's committed offsets, for the partitions asked or all of them (null
-//! topics, v2+); several groups at once from v8.
+//! topics, v2+); several groups at once from v8. Offsets staged by an open transaction
+//! (TxnOffsetCommit) are not visible; with `require_stable` (v7+) a partition that has some gets
+//! UNSTABLE_OFFSET_COMMIT, which consumers retry until the transaction ends (KIP-447).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +24,8 @@ pub(super) struct OffsetFetch;
 const GROUPS_FROM: i16 = 8;
 /// Leader epochs are returned from v5 on.
 const LEADER_EPOCH_FROM: i16 = 5;
+/// `require_stable` is sent from v7 on.
+const REQUIRE_STABLE_FROM: i16 = 7;
 
 /// One partition's answer, before it is put in the version's shape.
 struct Found {
@@ -29,25 +33,46 @@ struct Found {
     offset: i64,
     leader_epoch: i32,
     metadata: Option<String>,
+    error: Option<ResponseError>,
 }
 
-/// The offsets of `group` for `wanted` (topic → partitions), or all of them for `None`.
+/// The offsets of `group` for `wanted` (topic → partitions), or all of them for `None`;
+/// `require_stable` refuses those with offsets pending in an open transaction.
 fn lookup(
     ctx: &Context,
     group: &str,
     wanted: Option<Vec<(TopicName, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Result<Vec<(TopicName, Vec<Found>)>, ResponseError> {
     let committed = ctx.groups.committed(group).map_err(|e| {
         tracing::error!(group, error = %e, "cannot read committed offsets");
         ResponseError::UnknownServerError
     })?;
+    let pending = if require_stable {
+        ctx.txns.pending_offsets(group).map_err(|e| {
+            tracing::error!(group, error = %e, "cannot read pending transactional offsets");
+            ResponseError::UnknownServerError
+        })?
+    } else {
+        Default::default()
+    };
     let found = |(topic, partition): (String, i32)| {
+        if pending.contains(&(topic.clone(), partition)) {
+            return Found {
+                partition,
+                offset: -1,
+                leader_epoch: -1,
+                metadata: Some(String::new()),
+                error: Some(ResponseError::UnstableOffsetCommit),
+            };
+        }
         let stored = committed.get(&(topic, partition));
         Found {
             partition,
             offset: stored.map_or(-1, |o| o.offset),
             leader_epoch: stored.map_or(-1, |o| o.leader_epoch),
             metadata: Some(stored.and_then(|o| o.metadata.clone()).unwrap_or_default()),
+            error: None,
         }
     };
     Ok(match wanted {
@@ -92,6 +117,7 @@ impl Handler for OffsetFetch {
     ) -> Option<OffsetFetchResponse> {
         let version = header.request_api_version;
         let epoch = |e: i32| if version >= LEADER_EPOCH_FROM { e } else { -1 };
+        let require_stable = version >= REQUIRE_STABLE_FROM && request.require_stable;
         if version >= GROUPS_FROM {
             let groups = request
                 .groups
@@ -105,7 +131,7 @@ impl Handler for OffsetFetch {
                     });
                     let answer =
                         OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                    match lookup(ctx, &g.group_id.0, wanted) {
+                    match lookup(ctx, &g.group_id.0, wanted, require_stable) {
                         Ok(topics) => answer.with_topics(
                             topics
                                 .into_iter()
@@ -121,6 +147,9 @@ impl Handler for OffsetFetch {
                                                         .with_committed_leader_epoch(f.leader_epoch)
                                                         .with_metadata(
                                                             f.metadata.as_deref().map(text),
+                                                        )
+                                                        .with_error_code(
+                                                            f.error.map_or(0, |e| e.code()),
                                                         )
                                                 })
                                                 .collect(),
@@ -142,7 +171,7 @@ impl Handler for OffsetFetch {
                 .collect()
         });
         let response = OffsetFetchResponse::default();
-        Some(match lookup(ctx, &group, wanted) {
+        Some(match lookup(ctx, &group, wanted, require_stable) {
             Ok(topics) => response.with_topics(
                 topics
                     .into_iter()
@@ -157,6 +186,7 @@ impl Handler for OffsetFetch {
                                             .with_committed_offset(f.offset)
                                             .with_committed_leader_epoch(epoch(f.leader_epoch))
                                             .with_metadata(f.metadata.as_deref().map(text))
+                                            .with_error_code(f.error.map_or(0, |e| e.code()))
                                     })
                                     .collect(),
                             )

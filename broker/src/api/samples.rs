@@ -214,6 +214,78 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
                 ]),
             version,
         ),
+        ApiKey::InitProducerId => encode(
+            InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(s())))
+                .with_transaction_timeout_ms(60_000),
+            version,
+        ),
+        ApiKey::AddPartitionsToTxn => encode(
+            if version >= 4 {
+                AddPartitionsToTxnRequest::default().with_transactions(vec![
+                    add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+                        .with_transactional_id(TransactionalId(s()))
+                        .with_topics(vec![txn_topic()]),
+                ])
+            } else {
+                AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(TransactionalId(s()))
+                    .with_v3_and_below_topics(vec![txn_topic()])
+            },
+            version,
+        ),
+        ApiKey::AddOffsetsToTxn => encode(
+            AddOffsetsToTxnRequest::default()
+                .with_transactional_id(TransactionalId(s()))
+                .with_group_id(GroupId(s())),
+            version,
+        ),
+        ApiKey::EndTxn => encode(
+            EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(s()))
+                .with_committed(true),
+            version,
+        ),
+        ApiKey::TxnOffsetCommit => encode(
+            TxnOffsetCommitRequest::default()
+                .with_transactional_id(TransactionalId(s()))
+                .with_group_id(GroupId(s()))
+                .with_member_id(if version >= 3 {
+                    s()
+                } else {
+                    StrBytes::default()
+                })
+                .with_group_instance_id(if version >= 3 { Some(s()) } else { None })
+                .with_topics(vec![
+                    txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                        .with_name(TopicName(s()))
+                        .with_partitions(vec![
+                            txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                                .with_committed_offset(1)
+                                .with_committed_metadata(Some(s())),
+                        ]),
+                ]),
+            version,
+        ),
+        ApiKey::DescribeTransactions => encode(
+            DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![TransactionalId(s())]),
+            version,
+        ),
+        ApiKey::ListTransactions => encode(
+            ListTransactionsRequest::default()
+                .with_state_filters(vec![s()])
+                .with_producer_id_filters(vec![ProducerId(1)])
+                .with_transactional_id_pattern(if version >= 2 { Some(s()) } else { None }),
+            version,
+        ),
         other => panic!("no sample for {other:?}"),
     }
+}
+
+/// Topic `x`, partition 0, of AddPartitionsToTxn.
+fn txn_topic() -> add_partitions_to_txn_request::AddPartitionsToTxnTopic {
+    add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+        .with_name(TopicName(StrBytes::from_static_str("x")))
+        .with_partitions(vec![0])
 }

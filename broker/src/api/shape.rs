@@ -20,6 +20,8 @@ pub(crate) enum Ty {
     Bytes,
     /// An array of INT32.
     Ints,
+    /// An array of INT64.
+    Longs,
     /// An array of strings.
     Strs,
     /// An array of structs.
@@ -298,6 +300,77 @@ pub(crate) const OFFSET_DELETE: Shape = Shape {
     fields: &[f(Str), f(Structs(&[f(Str), f(Structs(&[f(I32)]))]))],
 };
 
+pub(crate) const INIT_PRODUCER_ID: Shape = Shape {
+    flexible_from: 2,
+    fields: &[
+        f(Str),         // transactional_id
+        f(I32),         // transaction_timeout_ms
+        v(I64, 3, MAX), // producer_id
+        v(I16, 3, MAX), // producer_epoch
+    ],
+};
+
+/// A topic and partition indexes of AddPartitionsToTxn.
+const TXN_TOPIC: Ty = Structs(&[f(Str), f(Ints)]);
+
+pub(crate) const ADD_PARTITIONS_TO_TXN: Shape = Shape {
+    flexible_from: 3,
+    fields: &[
+        // transactions: id, producer id, epoch, verify_only, topics (broker-to-broker)
+        v(
+            Structs(&[f(Str), f(I64), f(I16), f(I8), f(TXN_TOPIC)]),
+            4,
+            MAX,
+        ),
+        v(Str, 0, 3),       // transactional_id
+        v(I64, 0, 3),       // producer_id
+        v(I16, 0, 3),       // producer_epoch
+        v(TXN_TOPIC, 0, 3), // topics
+    ],
+};
+
+pub(crate) const ADD_OFFSETS_TO_TXN: Shape = Shape {
+    flexible_from: 3,
+    fields: &[f(Str), f(I64), f(I16), f(Str)], // transactional id, producer id, epoch, group
+};
+
+pub(crate) const END_TXN: Shape = Shape {
+    flexible_from: 3,
+    fields: &[f(Str), f(I64), f(I16), f(I8)], // transactional id, producer id, epoch, committed
+};
+
+pub(crate) const TXN_OFFSET_COMMIT: Shape = Shape {
+    flexible_from: 3,
+    fields: &[
+        f(Str),         // transactional_id
+        f(Str),         // group_id
+        f(I64),         // producer_id
+        f(I16),         // producer_epoch
+        v(I32, 3, MAX), // generation_id
+        v(Str, 3, MAX), // member_id
+        v(Str, 3, MAX), // group_instance_id
+        f(Structs(&[
+            f(Str),                                                // name
+            f(Structs(&[f(I32), f(I64), v(I32, 2, MAX), f(Str)])), // index, offset, epoch, metadata
+        ])),
+    ],
+};
+
+pub(crate) const DESCRIBE_TRANSACTIONS: Shape = Shape {
+    flexible_from: 0,
+    fields: &[f(Strs)],
+};
+
+pub(crate) const LIST_TRANSACTIONS: Shape = Shape {
+    flexible_from: 0,
+    fields: &[
+        f(Strs),        // state_filters
+        f(Longs),       // producer_id_filters
+        v(I64, 1, MAX), // duration_filter
+        v(Str, 2, MAX), // transactional_id_pattern
+    ],
+};
+
 /// Where and why a request does not fit its shape.
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error("malformed request body at byte {at}: {what}")]
@@ -417,6 +490,10 @@ impl Walker<'_> {
                 Ints => {
                     let n = self.count(4)?;
                     self.skip(n * 4)?;
+                }
+                Longs => {
+                    let n = self.count(8)?;
+                    self.skip(n * 8)?;
                 }
                 Strs => {
                     for _ in 0..self.count(1)? {

@@ -262,6 +262,24 @@ impl GroupCoordinator {
         // The lock is held until the offsets are stored: a rebalance must not complete between
         // checking the generation and storing, or the partition's next owner could read the
         // offsets from before this commit.
+        let (mut answers, rows) = self.check_offsets(topics, offsets);
+        if let Err(e) = self.catalog.commit_offsets(group_id, &rows) {
+            // A topic deleted in between fails its foreign key, or the disk failed.
+            tracing::error!(group = group_id, error = %e, "cannot store committed offsets");
+            for answer in answers.iter_mut().filter(|a| a.is_none()) {
+                *answer = Some(ResponseError::UnknownServerError);
+            }
+        }
+        drop(groups);
+        answers
+    }
+
+    /// Checks each offset to commit: one answer per offset, and the rows to store.
+    fn check_offsets(
+        &self,
+        topics: &Topics,
+        offsets: Vec<OffsetToCommit>,
+    ) -> (Vec<Option<ResponseError>>, Vec<CommittedOffset>) {
         let now = crate::log::now_ms();
         let mut answers = Vec::with_capacity(offsets.len());
         let mut rows = Vec::with_capacity(offsets.len());
@@ -289,15 +307,43 @@ impl GroupCoordinator {
                 });
             }
         }
-        if let Err(e) = self.catalog.commit_offsets(group_id, &rows) {
-            // A topic deleted in between fails its foreign key, or the disk failed.
-            tracing::error!(group = group_id, error = %e, "cannot store committed offsets");
-            for answer in answers.iter_mut().filter(|a| a.is_none()) {
-                *answer = Some(ResponseError::UnknownServerError);
-            }
+        (answers, rows)
+    }
+
+    /// Checks a TxnOffsetCommit's committer as Kafka does (an unknown group is created empty;
+    /// an empty member id and generation -1 skip the member and generation checks) and its
+    /// offsets: an error for the whole request, or one answer per offset and the rows to stage.
+    pub(crate) fn check_txn_commit(
+        &self,
+        topics: &Topics,
+        group_id: &str,
+        committer: Committer<'_>,
+        offsets: Vec<OffsetToCommit>,
+    ) -> Result<(Vec<Option<ResponseError>>, Vec<CommittedOffset>), ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        let mut groups = self.lock();
+        let group = groups.entry(group_id.to_owned()).or_insert_with(|| {
+            Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms())
+        });
+        if group.state == GroupState::Dead {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        if let Some(instance) = committer.instance_id
+            && let Some(m) = group.members.get(committer.member_id)
+            && m.instance_id.as_deref() != Some(instance)
+        {
+            return Err(ResponseError::FencedInstanceId);
+        }
+        if !committer.member_id.is_empty() && !group.members.contains_key(committer.member_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if committer.generation >= 0 && committer.generation != group.generation {
+            return Err(ResponseError::IllegalGeneration);
         }
         drop(groups);
-        answers
+        Ok(self.check_offsets(topics, offsets))
     }
 
     /// A group's committed offsets, by topic and partition.

@@ -1,0 +1,100 @@
+//! AddPartitionsToTxn: the partitions a transactional producer is about to write to join its
+//! transaction (starting one if none is open). Only the client versions (v0-3) are served; v4+
+//! is Kafka's broker-to-broker verification batch.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, RequestHeader,
+};
+use kafka_protocol::protocol::VersionRange;
+
+use super::{Context, Handler};
+use crate::txn::{self, Addition};
+
+pub(super) struct AddPartitionsToTxn;
+
+/// PRODUCER_FENCED is known from v2 on (KIP-588).
+const FENCED_FROM: i16 = 2;
+
+impl Handler for AddPartitionsToTxn {
+    const KEY: ApiKey = ApiKey::AddPartitionsToTxn;
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 3 };
+    const SHAPE: &'static super::shape::Shape = &super::shape::ADD_PARTITIONS_TO_TXN;
+    type Request = AddPartitionsToTxnRequest;
+    type Response = AddPartitionsToTxnResponse;
+
+    async fn handle(
+        ctx: &Arc<Context>,
+        header: &RequestHeader,
+        request: AddPartitionsToTxnRequest,
+    ) -> Option<AddPartitionsToTxnResponse> {
+        let version = header.request_api_version;
+        let topics = request.v3_and_below_topics;
+        let exists = |topic: &str, partition: i32| {
+            ctx.topics
+                .get(topic)
+                .is_some_and(|t| t.partition(partition).is_some())
+        };
+        let all_exist = topics
+            .iter()
+            .all(|t| t.partitions.iter().all(|p| exists(&t.name.0, *p)));
+        // As Kafka: with any partition unknown, none is added; the others are not attempted.
+        let error_of = |topic: &str, partition: i32, outcome: Option<ResponseError>| {
+            if all_exist {
+                outcome
+            } else if exists(topic, partition) {
+                Some(ResponseError::OperationNotAttempted)
+            } else {
+                Some(ResponseError::UnknownTopicOrPartition)
+            }
+        };
+        let outcome = if all_exist {
+            let partitions: BTreeSet<(String, i32)> = topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
+                .collect();
+            ctx.txns
+                .add(
+                    &ctx.topics,
+                    &request.v3_and_below_transactional_id.0,
+                    request.v3_and_below_producer_id.0,
+                    request.v3_and_below_producer_epoch,
+                    Addition::Partitions(&partitions),
+                    crate::log::now_ms(),
+                )
+                .err()
+                .map(|e| txn::for_version(e, version, FENCED_FROM))
+        } else {
+            None
+        };
+        if let Some(error) = outcome {
+            tracing::debug!(transactional_id = %request.v3_and_below_transactional_id.0,
+                error = ?error, "AddPartitionsToTxn refused");
+        }
+        let results = topics
+            .into_iter()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let error = error_of(&t.name.0, *p, outcome);
+                        AddPartitionsToTxnPartitionResult::default()
+                            .with_partition_index(*p)
+                            .with_partition_error_code(error.map_or(0, |e| e.code()))
+                    })
+                    .collect();
+                AddPartitionsToTxnTopicResult::default()
+                    .with_name(t.name)
+                    .with_results_by_partition(partitions)
+            })
+            .collect();
+        Some(AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results))
+    }
+}
