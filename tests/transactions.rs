@@ -1,7 +1,7 @@
 //! Transactions through the bundled broker run by the real `agent` binary: a transactional
-//! librdkafka producer keeps writing while the broker is SIGKILLed and restarted again and
-//! again, and `agent transactions` describes a producer's transaction as kafka-transactions.sh
-//! does.
+//! librdkafka producer keeps writing while the broker is SIGKILLed in the middle of a
+//! transaction (half of its records in the log) and restarted, again and again, and
+//! `agent transactions` describes a producer's transaction as kafka-transactions.sh does.
 
 #![allow(clippy::unwrap_used)]
 
@@ -81,10 +81,15 @@ fn transactional_producer(bootstrap: &str, id: &str) -> Result<BaseProducer, Kaf
     Ok(producer)
 }
 
-/// One transaction `t`: records `t<t>-<i>`, record i to partition i % PARTITIONS.
-fn write_transaction(producer: &BaseProducer, topic: &str, t: usize) -> Result<(), KafkaError> {
-    producer.begin_transaction()?;
-    for i in 0..PER_TRANSACTION {
+/// Sends records `first..last` of transaction `t`: `t<t>-<i>`, record i to partition
+/// i % PARTITIONS.
+fn send_records(
+    producer: &BaseProducer,
+    topic: &str,
+    t: usize,
+    records: std::ops::Range<usize>,
+) -> Result<(), KafkaError> {
+    for i in records {
         let value = format!("t{t}-{i}");
         let record = BaseRecord::<(), str>::to(topic)
             .payload(&value)
@@ -92,21 +97,31 @@ fn write_transaction(producer: &BaseProducer, topic: &str, t: usize) -> Result<(
         producer.send(record).map_err(|(e, _)| e)?;
         producer.poll(Duration::ZERO);
     }
-    producer.commit_transaction(Duration::from_secs(10))
+    Ok(())
 }
 
-/// What the writer thread knows.
+/// What the writer thread knows, and the handshake that places each kill inside a transaction.
 #[derive(Default)]
 struct Written {
     /// Transactions whose commit_transaction returned Ok.
     committed: BTreeSet<usize>,
+    /// Transactions left open when the broker was killed (their producer is then dropped).
+    abandoned: BTreeSet<usize>,
     /// Transactions attempted (committed or not).
     attempted: usize,
+    /// Set by the test: stop in the middle of the next transaction.
+    kill_requested: bool,
+    /// Set by the writer: a transaction is open and half of it is in the log.
+    paused: bool,
+    /// Set by the test: the broker was killed; go on.
+    killed: bool,
 }
 
-/// Writes transactions one after the other until `stop`; after any failure (the broker went
-/// away) it starts over with a new producer instance with the same transactional id, which
-/// fences the old one and ends its transaction.
+/// Writes transactions one after the other until `stop`. When a kill is requested it pauses
+/// inside a transaction, once half of its records are flushed to the broker; after the kill it
+/// drops that producer and goes on with a new instance with the same transactional id, whose
+/// initialisation fences the old one and must abort the open transaction. After any other
+/// failure it also starts over with a new instance.
 fn writer(bootstrap: String, topic: String, stop: Arc<AtomicBool>, written: Arc<Mutex<Written>>) {
     let mut producer: Option<BaseProducer> = None;
     let mut t = 0;
@@ -118,18 +133,33 @@ fn writer(bootstrap: String, topic: String, stop: Arc<AtomicBool>, written: Arc<
                 Err(_) => continue,
             },
         };
-        let result = write_transaction(&current, &topic, t);
-        {
-            let mut w = written.lock().unwrap();
-            w.attempted = t + 1;
-            if result.is_ok() {
-                w.committed.insert(t);
+        written.lock().unwrap().attempted = t + 1;
+        let half = PER_TRANSACTION / 2;
+        let first_half = current
+            .begin_transaction()
+            .and_then(|()| send_records(&current, &topic, t, 0..half))
+            .and_then(|()| current.flush(Duration::from_secs(10)));
+        if first_half.is_ok() && written.lock().unwrap().kill_requested {
+            written.lock().unwrap().paused = true;
+            while !written.lock().unwrap().killed {
+                std::thread::sleep(Duration::from_millis(5));
             }
+            let mut w = written.lock().unwrap();
+            w.abandoned.insert(t);
+            (w.kill_requested, w.paused, w.killed) = (false, false, false);
+            drop(w);
+            drop(current);
+            t += 1;
+            continue;
         }
-        t += 1;
+        let result = first_half
+            .and_then(|()| send_records(&current, &topic, t, half..PER_TRANSACTION))
+            .and_then(|()| current.commit_transaction(Duration::from_secs(10)));
         if result.is_ok() {
+            written.lock().unwrap().committed.insert(t);
             producer = Some(current);
         }
+        t += 1;
     }
 }
 
@@ -192,16 +222,25 @@ fn transactions_are_whole_or_absent_after_broker_kills() {
     };
     let committed_count = || written.lock().unwrap().committed.len();
     for kill in 0..KILLS {
-        // Each run commits something before it dies, so every kill interrupts real work.
+        // Each run commits something, then dies in the middle of a transaction.
         let before = committed_count();
         wait_until(
             Duration::from_secs(30),
             &format!("a transaction committed before kill {kill}"),
             || committed_count() > before,
         );
-        std::thread::sleep(Duration::from_millis(rng.next_below(700)));
+        written.lock().unwrap().kill_requested = true;
+        wait_until(
+            Duration::from_secs(30),
+            &format!("the writer inside a transaction for kill {kill}"),
+            || written.lock().unwrap().paused,
+        );
+        // The records of the open transaction are in the log; also vary when the kill lands
+        // relative to the broker's own background work.
+        std::thread::sleep(Duration::from_millis(rng.next_below(100)));
         broker.signal(Signal::SIGKILL);
         broker.wait(Duration::from_secs(10));
+        written.lock().unwrap().killed = true;
         broker = start_broker(dir.path(), port);
     }
     let before = committed_count();
@@ -213,6 +252,7 @@ fn transactions_are_whole_or_absent_after_broker_kills() {
     stop.store(true, Ordering::SeqCst);
     thread.join().unwrap();
     let written = written.lock().unwrap();
+    assert_eq!(written.abandoned.len(), KILLS);
 
     let mut by_transaction: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for value in read_committed(&bootstrap, topic) {
@@ -237,10 +277,17 @@ fn transactions_are_whole_or_absent_after_broker_kills() {
             "transaction {t} was committed but is missing"
         );
     }
+    for t in &written.abandoned {
+        assert!(
+            !by_transaction.contains_key(t),
+            "transaction {t} was never committed (its producer was dropped half-way) but is visible"
+        );
+    }
     println!(
-        "{} transactions attempted, {} committed, {} visible",
+        "{} transactions attempted, {} committed, {} abandoned at a kill, {} visible",
         written.attempted,
         written.committed.len(),
+        written.abandoned.len(),
         by_transaction.len()
     );
 }

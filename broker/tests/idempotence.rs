@@ -216,6 +216,10 @@ async fn idempotent_producer_retries_lost_responses_without_duplicates() {
     .await;
     let dropped = counters.dropped_responses.load(Ordering::SeqCst);
     assert!(dropped > 0, "the proxy lost no Produce response");
+    println!(
+        "{dropped} of {} Produce responses lost",
+        counters.produce_requests.load(Ordering::SeqCst)
+    );
 
     assert_eq!(
         log_end_total(&bootstrap, topic),
@@ -270,6 +274,7 @@ async fn plain_producer_duplicates_behind_the_same_proxy() {
     let dropped = counters.dropped_responses.load(Ordering::SeqCst);
     assert!(dropped > 0, "the proxy lost no Produce response");
     let total = log_end_total(&bootstrap, topic);
+    println!("{dropped} Produce responses lost, {total} records in the log");
     assert!(
         total > RECORDS as i64,
         "{dropped} responses were lost but the log holds {total} records, no duplicate"

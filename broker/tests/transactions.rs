@@ -53,13 +53,10 @@ fn transaction_values(t: usize, count: usize) -> Vec<String> {
 
 /// A broker config whose coordinator looks for timed-out transactions every `interval_ms`.
 fn config_with_txn_cleanup(dir: &Path, interval_ms: u64) -> BrokerConfig {
-    // Built from the YAML/JSON keys so that this file compiles before the setting exists.
-    serde_json::from_value(serde_json::json!({
-        "listen": "127.0.0.1:0",
-        "data_dir": dir,
-        "transaction_abort_timed_out_transaction_cleanup_interval_ms": interval_ms,
-    }))
-    .expect("a broker config with transaction_abort_timed_out_transaction_cleanup_interval_ms")
+    BrokerConfig {
+        transaction_abort_timed_out_transaction_cleanup_interval_ms: interval_ms,
+        ..config(dir)
+    }
 }
 
 fn high_watermarks(bootstrap: &str, topic: &str) -> Vec<i64> {
@@ -212,7 +209,10 @@ async fn an_abandoned_transaction_is_aborted_after_its_timeout() {
     let stale = transactional_producer(
         &bootstrap,
         "goes-quiet",
-        &[("transaction.timeout.ms", "1000")],
+        &[
+            ("transaction.timeout.ms", "1000"),
+            ("message.timeout.ms", "1000"),
+        ],
     );
     stale.begin_transaction().unwrap();
     send_all(&stale, topic, &transaction_values(0, 6));
