@@ -8,10 +8,12 @@ a failed run (it is printed by the test).
 """
 
 import os
+import queue
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -98,6 +100,19 @@ def test_read_committed_sees_committed_transactions_and_read_uncommitted_all_rec
     assert ends == [60 + 6] * PARTITIONS
 
 
+def lines_of(proc):
+    """A queue of the lines `proc` prints, then None."""
+    lines = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
 INPUT_RECORDS = 20000
 KILLS = 5
 COMMIT_EVERY = 200
@@ -121,18 +136,23 @@ def test_consume_transform_produce_is_exactly_once_across_kills():
     kills = 0
     deadline = time.time() + 120
     while True:
-        assert time.time() < deadline, f"the transform did not finish after {kills} kills"
-        proc = subprocess.Popen(args)
-        try:
-            if kills < KILLS:
-                returncode = proc.wait(timeout=rng.uniform(0.5, 2.5))
-            else:
-                returncode = proc.wait(timeout=max(deadline - time.time(), 1))
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            kills += 1
-            continue
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        lines = lines_of(proc)
+        if kills < KILLS:
+            # Killed after 1 to 3 commits, a moment into the next transaction.
+            commits = rng.randint(1, 3)
+            while commits > 0:
+                line = lines.get(timeout=max(deadline - time.time(), 1))
+                if line is None:
+                    break
+                commits -= line.startswith("committed")
+            if commits == 0:
+                time.sleep(rng.uniform(0, 0.05))
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                kills += 1
+                continue
+        returncode = proc.wait(timeout=max(deadline - time.time(), 1))
         assert returncode == 0, f"transform.py exited with {returncode}"
         break
     assert kills >= KILLS, f"the transform finished after only {kills} kills: make the input larger"

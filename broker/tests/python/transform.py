@@ -5,8 +5,9 @@ Usage: transform.py BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID COMMIT_EVERY
 
 Reads every partition of INPUT (read_committed), writes `out:<value>` with the same key to the
 same partition of OUTPUT, and every COMMIT_EVERY records commits one transaction holding those
-records and the next input offsets of GROUP. It starts from GROUP's committed offsets and exits
-0 once it has committed up to the end of INPUT as it was at start.
+records and the next input offsets of GROUP, printing `committed` after each. It starts from
+GROUP's committed offsets and exits 0 once it has committed up to the end of INPUT as it was at
+start.
 
 The partitions are assigned, not subscribed, so a restart after SIGKILL does not wait for the
 dead member to leave a group; the transactional id fences the killed instance instead:
@@ -58,6 +59,7 @@ def main():
         offsets = [TopicPartition(input_topic, p, o) for p, o in positions.items()]
         producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), TIMEOUT)
         producer.commit_transaction(TIMEOUT)
+        print("committed", flush=True)
 
     producer.begin_transaction()
     pending = 0
