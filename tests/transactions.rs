@@ -433,3 +433,104 @@ fn transactions_tool_names_an_unreachable_broker() {
         "{stderr}"
     );
 }
+
+#[test]
+fn dump_log_segments_shows_producers_markers_and_aborted_transactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let bootstrap = format!("127.0.0.1:{port}");
+    let _broker = start_broker(dir.path(), port);
+    let topic = "dumped";
+    create_topic(&bootstrap, topic);
+    let producer = transactional_producer(&bootstrap, "dumped-writer").unwrap();
+    for (t, commit) in [(0, true), (1, false)] {
+        producer.begin_transaction().unwrap();
+        for i in 0..2 {
+            let value = format!("t{t}-{i}");
+            producer
+                .send(
+                    BaseRecord::<(), str>::to(topic)
+                        .payload(&value)
+                        .partition(0),
+                )
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+        if commit {
+            producer
+                .commit_transaction(Duration::from_secs(10))
+                .unwrap();
+        } else {
+            producer.abort_transaction(Duration::from_secs(10)).unwrap();
+        }
+    }
+    // Offsets: t0 at 0 and 1, its COMMIT marker at 2, t1 at 3 and 4, its ABORT marker at 5.
+    let partition = dir.path().join("broker").join(format!("{topic}-0"));
+    let log = partition.join("00000000000000000000.log");
+    let index = partition.join("00000000000000000000.txnindex");
+    wait_until(Duration::from_secs(10), "the .txnindex", || index.exists());
+    let files = format!("{},{}", log.display(), index.display());
+    let out = agent(&["dump-log-segments", "--files", &files, "--print-data-log"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let field = |line: &str, name: &str| -> String {
+        let at = line.find(&format!(" {name}: ")).unwrap();
+        line[at + name.len() + 3..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let batches: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("baseOffset:"))
+        .collect();
+    let producer_id = field(batches[0], "producerId");
+    assert!(producer_id.parse::<i64>().unwrap() >= 0, "{text}");
+    for batch in &batches {
+        assert_eq!(field(batch, "producerId"), producer_id, "{batch}");
+        assert_eq!(field(batch, "isTransactional"), "true", "{batch}");
+    }
+    let markers: Vec<&&str> = batches
+        .iter()
+        .filter(|b| field(b, "isControl") == "true")
+        .collect();
+    assert_eq!(markers.len(), 2, "{text}");
+    assert!(
+        markers[0].starts_with("baseOffset: 2 lastOffset: 2 count: 1 "),
+        "{text}"
+    );
+    assert!(
+        markers[1].starts_with("baseOffset: 5 lastOffset: 5 count: 1 "),
+        "{text}"
+    );
+    assert_eq!(field(markers[0], "baseSequence"), "-1", "{text}");
+    let records: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("| offset:"))
+        .collect();
+    assert_eq!(records.len(), 6, "{text}");
+    assert!(records[0].ends_with(" payload: t0-0"), "{text}");
+    assert!(
+        records[2].contains(" endTxnMarker: COMMIT coordinatorEpoch: "),
+        "{text}"
+    );
+    assert!(records[4].ends_with(" payload: t1-1"), "{text}");
+    assert!(
+        records[5].contains(" endTxnMarker: ABORT coordinatorEpoch: "),
+        "{text}"
+    );
+    let aborted: Vec<&str> = text.lines().filter(|l| l.starts_with("version:")).collect();
+    assert_eq!(
+        aborted,
+        [format!(
+            "version: 0 producerId: {producer_id} firstOffset: 3 lastOffset: 5 lastStableOffset: 6"
+        )],
+        "{text}"
+    );
+}
