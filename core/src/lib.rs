@@ -39,3 +39,15 @@ pub use registry::Registry;
 pub use shutdown::Shutdown;
 pub use sink::{Sink, SinkBatch, SinkContext, SinkError};
 pub use source::{Source, SourceContext, SourceError};
+
+/// This machine's host name, or `localhost` if the system does not say (for the `host`
+/// interceptor, and for names that must differ between agents running the same pipeline).
+pub fn host_name() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .chain(std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_owned())
+        .find(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}

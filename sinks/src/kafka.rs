@@ -1,9 +1,20 @@
 //! `kafka`: Flume's KafkaSink. Writes each event as a Kafka record, through librdkafka, to the
-//! bundled broker or any Kafka cluster.
+//! bundled broker or any Kafka cluster. Flume headers travel as Kafka record headers; the
+//! record key comes from the `key_header` header.
 //!
-//! A batch is delivered when every record of it was acknowledged by the cluster (`acks`);
-//! if any record fails, the batch is rolled back and sent again: at-least-once. Flume headers
-//! travel as Kafka record headers; the record key comes from the `key_header` header.
+//! `delivery: at_least_once` (the default): an idempotent producer; a batch is delivered when
+//! every record of it was acknowledged (`acks`); if any fails, the batch is rolled back and
+//! sent again, so a crash between the acknowledgement and the take commit repeats it.
+//!
+//! `delivery: exactly_once` (needs a durable channel): each batch is one Kafka transaction,
+//! which also commits, with `send_offsets_to_transaction`, the channel sequence number after
+//! the batch's last event as the offset of partition 0 of `progress_topic` for the consumer
+//! group `transactional_id`. The records and the progress become visible together or not at
+//! all. Before its first batch, and after any failure, the sink initialises its transactional
+//! producer (which fences an older instance and settles its open transaction) and reads that
+//! group offset back: events of the channel up to it were delivered by a transaction that
+//! committed before the take could, and are skipped. Only standard Kafka APIs are used, so
+//! this works the same against any Kafka cluster.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,10 +22,13 @@ use std::time::Duration;
 use ferry_core::{
     ComponentConfig, ConfigError, Event, Sink, SinkBatch, SinkContext, SinkError, async_trait,
 };
-use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Deserialize;
 
 /// Options of the `kafka` sink.
@@ -45,8 +59,8 @@ pub struct KafkaSinkConfig {
     /// partitioner decides. Flume: `defaultPartitionId`.
     #[serde(default)]
     pub default_partition_id: Option<i32>,
-    /// Acknowledgements to wait for: `0`, `1` or `all`. Default `1`, as Flume's
-    /// `kafka.producer.acks`.
+    /// Acknowledgements to wait for: `0`, `1` or `all`. Default `all` (Kafka producers'
+    /// default since 3.0; Flume's is `1`). Below `all` the producer is not idempotent.
     #[serde(default = "default_acks")]
     pub acks: String,
     /// `none`, `gzip`, `snappy`, `lz4` or `zstd`. Default `none`. Kafka: `compression.type`.
@@ -58,6 +72,33 @@ pub struct KafkaSinkConfig {
     /// Any other producer property, passed to librdkafka as written. Flume: `kafka.producer.*`.
     #[serde(default)]
     pub producer: BTreeMap<String, String>,
+    /// `at_least_once` (default) or `exactly_once` (see the module docs).
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// With `exactly_once`: the producer's `transactional.id`, also the consumer group holding
+    /// the progress. Must differ between agents: two agents sharing it fence each other and
+    /// skip each other's events. Default `ferry-<host name>-<sink name>`.
+    #[serde(default)]
+    pub transactional_id: Option<String>,
+    /// With `exactly_once`: the topic whose partition 0 the progress offsets name (created with
+    /// one partition if missing). Default `ferry-sink-progress`.
+    #[serde(default = "default_progress_topic")]
+    pub progress_topic: String,
+}
+
+/// The delivery guarantee of the kafka sink.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// Idempotent producer; a crash may repeat a batch.
+    #[default]
+    AtLeastOnce,
+    /// Transactional producer with progress in the same transaction.
+    ExactlyOnce,
+}
+
+fn default_progress_topic() -> String {
+    "ferry-sink-progress".into()
 }
 
 fn default_topic() -> String {
@@ -73,7 +114,7 @@ fn default_true() -> bool {
     true
 }
 fn default_acks() -> String {
-    "1".into()
+    "all".into()
 }
 fn default_compression() -> String {
     "none".into()
@@ -87,6 +128,11 @@ pub struct KafkaSink {
     config: KafkaSinkConfig,
     client: ClientConfig,
     producer: Option<FutureProducer>,
+    /// With `exactly_once`: the transactional id (also the progress group) once started.
+    transactional_id: Option<String>,
+    /// With `exactly_once`: the channel sequence up to which (exclusive) events were
+    /// delivered, read back from the progress group; `None` until the producer is ready.
+    delivered_before: Option<u64>,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -131,9 +177,23 @@ impl KafkaSink {
             .set("acks", &config.acks)
             .set("compression.type", &config.compression)
             .set("linger.ms", config.linger.as_millis().to_string())
-            // Retries happen batch by batch in the runner; idempotence needs a broker with
-            // producer ids, which `delivery: exactly_once` will bring.
-            .set("enable.idempotence", "false");
+            // Retries inside the producer never duplicate or reorder records.
+            .set("enable.idempotence", "true");
+        if config.delivery == Delivery::ExactlyOnce {
+            if config.acks != "all" && config.acks != "-1" {
+                return Err(cfg.error_at(
+                    "acks",
+                    "`delivery: exactly_once` needs `acks: all` (transactions require it)",
+                ));
+            }
+            client.set("acks", "all");
+            if config.progress_topic.is_empty() {
+                return Err(cfg.error_at("progress_topic", "`progress_topic` is empty"));
+            }
+        } else if config.acks != "all" && config.acks != "-1" {
+            // An idempotent producer needs acks=all; with fewer acks the user chose speed.
+            client.set("enable.idempotence", "false");
+        }
         for (key, value) in &config.producer {
             client.set(key, value);
         }
@@ -141,6 +201,8 @@ impl KafkaSink {
             config,
             client,
             producer: None,
+            transactional_id: None,
+            delivered_before: None,
         })
     }
 
@@ -195,23 +257,56 @@ fn kafka_error(context: &str, error: KafkaError) -> SinkError {
     SinkError::Delivery(format!("{context}: {error}"))
 }
 
-#[async_trait]
-impl Sink for KafkaSink {
-    async fn start(&mut self, _ctx: &SinkContext) -> Result<(), SinkError> {
-        let producer: FutureProducer = self
-            .client
+/// How long a transactional call waits before failing the batch (it is retried).
+const TXN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs a blocking librdkafka call off the async threads.
+async fn blocking<T: Send + 'static>(
+    context: &str,
+    f: impl FnOnce() -> Result<T, KafkaError> + Send + 'static,
+) -> Result<T, SinkError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| SinkError::Delivery(format!("{context}: {e}")))?
+        .map_err(|e| kafka_error(context, e))
+}
+
+impl KafkaSink {
+    /// With `exactly_once`: a transactional producer, initialised (fencing an older instance
+    /// and settling its open transaction), and the progress read back from the group.
+    async fn ready_exactly_once(&mut self) -> Result<(FutureProducer, u64), SinkError> {
+        if let (Some(producer), Some(before)) = (&self.producer, self.delivered_before) {
+            return Ok((producer.clone(), before));
+        }
+        let id = self.transactional_id.clone().unwrap_or_default();
+        let topic = self.config.progress_topic.clone();
+        let bootstrap = self.config.bootstrap_servers.clone();
+        ensure_topic(&bootstrap, &topic).await?;
+        let mut client = self.client.clone();
+        client.set("transactional.id", &id);
+        let producer: FutureProducer = client
             .create()
-            .map_err(|e| kafka_error("creating the Kafka producer", e))?;
-        self.producer = Some(producer);
-        Ok(())
+            .map_err(|e| kafka_error("creating the transactional producer", e))?;
+        let p = producer.clone();
+        blocking("initialising the transactional producer", move || {
+            p.init_transactions(TXN_TIMEOUT)
+        })
+        .await?;
+        let before = read_progress(&bootstrap, &id, &topic).await?;
+        tracing::info!(transactional_id = %id, delivered_before = before, "kafka sink ready for exactly-once delivery");
+        self.producer = Some(producer.clone());
+        self.delivered_before = Some(before);
+        Ok((producer, before))
     }
 
-    async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
-        let Some(producer) = &self.producer else {
-            return Err(SinkError::Delivery("kafka sink used before start".into()));
-        };
-        let mut pending: Vec<DeliveryFuture> = Vec::with_capacity(batch.events.len());
-        for event in batch.events {
+    /// Queues every record of `events` on `producer`; returns their delivery futures.
+    async fn send_all(
+        &self,
+        producer: &FutureProducer,
+        events: impl Iterator<Item = &Event>,
+    ) -> Result<Vec<DeliveryFuture>, SinkError> {
+        let mut pending: Vec<DeliveryFuture> = Vec::new();
+        for event in events {
             let topic = self.topic_of(event);
             let partition = self.partition_of(event)?;
             let mut headers = OwnedHeaders::new_with_capacity(event.headers.len());
@@ -252,6 +347,169 @@ impl Sink for KafkaSink {
                 }
             }
         }
+        Ok(pending)
+    }
+
+    /// One transaction: the fresh events and the progress after them.
+    async fn deliver_exactly_once(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+        let Some(sequences) = batch.sequences else {
+            return Err(SinkError::Delivery(
+                "`delivery: exactly_once` needs a durable channel (`type: file`): this channel \
+                 gives its events no sequence numbers"
+                    .into(),
+            ));
+        };
+        let (producer, before) = self.ready_exactly_once().await?;
+        let fresh: Vec<&Event> = batch
+            .events
+            .iter()
+            .zip(sequences)
+            .filter(|(_, seq)| **seq >= before)
+            .map(|(e, _)| e)
+            .collect();
+        let Some(last) = sequences.last().copied().filter(|_| !fresh.is_empty()) else {
+            return Ok(());
+        };
+        let result = self.transaction(&producer, fresh, last + 1).await;
+        match result {
+            Ok(()) => {
+                self.delivered_before = Some(last + 1);
+                Ok(())
+            }
+            Err(error) => {
+                // Whatever state the transaction is in, a new producer settles it (init
+                // aborts an open one, completes a committing one) and the progress read then
+                // tells what is delivered.
+                let p = producer.clone();
+                let _ = blocking("aborting the transaction", move || {
+                    p.abort_transaction(TXN_TIMEOUT)
+                })
+                .await;
+                self.producer = None;
+                self.delivered_before = None;
+                Err(error)
+            }
+        }
+    }
+
+    async fn transaction(
+        &self,
+        producer: &FutureProducer,
+        events: Vec<&Event>,
+        next: u64,
+    ) -> Result<(), SinkError> {
+        producer
+            .begin_transaction()
+            .map_err(|e| kafka_error("beginning a transaction", e))?;
+        let mut pending = self.send_all(producer, events.into_iter()).await?;
+        let id = self.transactional_id.clone().unwrap_or_default();
+        let topic = self.config.progress_topic.clone();
+        let bootstrap = self.config.bootstrap_servers.clone();
+        let p = producer.clone();
+        blocking("committing the transaction", move || {
+            let group = progress_consumer(&bootstrap, &id)?;
+            let metadata = group.group_metadata().ok_or_else(|| {
+                KafkaError::ClientCreation("no group metadata for the progress group".into())
+            })?;
+            let mut offsets = TopicPartitionList::new();
+            offsets.add_partition_offset(&topic, 0, Offset::Offset(next as i64))?;
+            p.send_offsets_to_transaction(&offsets, &metadata, TXN_TIMEOUT)?;
+            p.commit_transaction(TXN_TIMEOUT)
+        })
+        .await?;
+        for delivery in &mut pending {
+            wait_for(delivery).await?;
+        }
+        Ok(())
+    }
+}
+
+/// A consumer of the progress group, never subscribed: for its group metadata and committed
+/// offsets.
+fn progress_consumer(bootstrap: &str, group: &str) -> Result<BaseConsumer, KafkaError> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+}
+
+/// The channel sequence before which events were delivered: the progress group's committed
+/// offset on partition 0 of the progress topic (0 when none).
+async fn read_progress(bootstrap: &str, group: &str, topic: &str) -> Result<u64, SinkError> {
+    let (bootstrap, group, topic) = (bootstrap.to_owned(), group.to_owned(), topic.to_owned());
+    blocking("reading the sink's progress", move || {
+        let consumer = progress_consumer(&bootstrap, &group)?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&topic, 0);
+        let committed = consumer.committed_offsets(tpl, TXN_TIMEOUT)?;
+        Ok(committed
+            .find_partition(&topic, 0)
+            .and_then(|e| e.offset().to_raw())
+            .filter(|o| *o > 0)
+            .map_or(0, |o| o as u64))
+    })
+    .await
+}
+
+/// Creates `topic` with one partition unless it exists.
+async fn ensure_topic(bootstrap: &str, topic: &str) -> Result<(), SinkError> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .map_err(|e| kafka_error("creating an admin client", e))?;
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1));
+    let results = admin
+        .create_topics(
+            [&new],
+            &AdminOptions::new().request_timeout(Some(TXN_TIMEOUT)),
+        )
+        .await
+        .map_err(|e| kafka_error(&format!("creating the progress topic {topic}"), e))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => {
+                return Err(SinkError::Delivery(format!(
+                    "creating the progress topic {topic}: {code}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Sink for KafkaSink {
+    async fn start(&mut self, ctx: &SinkContext) -> Result<(), SinkError> {
+        if self.config.delivery == Delivery::ExactlyOnce {
+            // The producer is made before the first batch, so an unreachable cluster is
+            // retried like any failed delivery.
+            self.transactional_id = Some(
+                self.config
+                    .transactional_id
+                    .clone()
+                    .unwrap_or_else(|| format!("ferry-{}-{}", ferry_core::host_name(), ctx.name)),
+            );
+            return Ok(());
+        }
+        let producer: FutureProducer = self
+            .client
+            .create()
+            .map_err(|e| kafka_error("creating the Kafka producer", e))?;
+        self.producer = Some(producer);
+        Ok(())
+    }
+
+    async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+        if self.config.delivery == Delivery::ExactlyOnce {
+            return self.deliver_exactly_once(batch).await;
+        }
+        let Some(producer) = self.producer.clone() else {
+            return Err(SinkError::Delivery("kafka sink used before start".into()));
+        };
+        let mut pending = self.send_all(&producer, batch.events.iter()).await?;
         for delivery in &mut pending {
             wait_for(delivery).await?;
         }
@@ -312,6 +570,102 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(sink.topic_of(&event(&[("topic", "other")])), "base");
+    }
+
+    /// Bodies a read_committed consumer finds in `topic`, once their number stops changing.
+    fn committed_bodies(bootstrap: &str, topic: &str) -> Vec<String> {
+        use rdkafka::consumer::BaseConsumer;
+        use rdkafka::message::Message;
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "reader")
+            .set("isolation.level", "read_committed")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, Offset::Beginning)
+            .unwrap();
+        consumer.assign(&tpl).unwrap();
+        let mut bodies = Vec::new();
+        let mut quiet = 0;
+        while quiet < 10 {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    quiet = 0;
+                    bodies.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into());
+                }
+                _ => quiet += 1,
+            }
+        }
+        bodies
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exactly_once_skips_what_a_committed_transaction_delivered_and_fences_a_zombie() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = ferry_broker::Broker::start(ferry_broker::BrokerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().to_path_buf(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let bootstrap = broker.local_addr().to_string();
+        let yaml = format!(
+            "bootstrap_servers: {bootstrap}\ntopic: out\ndelivery: exactly_once\ntransactional_id: t1"
+        );
+        let events: Vec<Event> = (0..150)
+            .map(|i| Event::from_body(format!("e{i}")))
+            .collect();
+        let seqs: Vec<u64> = (1000..1150).collect();
+        let batch = |from: usize, to: usize| SinkBatch {
+            events: &events[from..to],
+            sequences: Some(&seqs[from..to]),
+        };
+
+        let mut sink = KafkaSink::build(&crate::config("kafka", &yaml)).unwrap();
+        sink.start(&crate::context()).await.unwrap();
+        sink.deliver(batch(0, 100)).await.unwrap();
+        // Without sequence numbers (a memory channel) exactly-once is refused.
+        let err = sink
+            .deliver(SinkBatch {
+                events: &events[..1],
+                sequences: None,
+            })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("durable channel"), "{err}");
+        drop(sink);
+
+        // A zombie instance with the same transactional id left a transaction open.
+        let zombie: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("transactional.id", "t1")
+            .create()
+            .unwrap();
+        zombie.init_transactions(Duration::from_secs(10)).unwrap();
+        zombie.begin_transaction().unwrap();
+        zombie
+            .send(
+                FutureRecord::<(), _>::to("out").payload("zombie"),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+
+        // The take of batch 0..100 was not committed (a crash): it comes again, with more.
+        let mut sink = KafkaSink::build(&crate::config("kafka", &yaml)).unwrap();
+        sink.start(&crate::context()).await.unwrap();
+        sink.deliver(batch(0, 120)).await.unwrap();
+        sink.deliver(batch(120, 150)).await.unwrap();
+        assert!(zombie.commit_transaction(Duration::from_secs(10)).is_err());
+
+        let bodies = committed_bodies(&bootstrap, "out");
+        let expected: Vec<String> = (0..150).map(|i| format!("e{i}")).collect();
+        assert_eq!(bodies, expected);
+        broker.shutdown().await;
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! | `stdin`   | [`stdin`]              | (none)                   |
 //! | `taildir` | [`taildir`]            | `TaildirSource`          |
 //! | `spooldir`| [`spooldir`]           | `SpoolDirectorySource`   |
+//! | `kafka`   | [`kafka`]              | `KafkaSource`            |
 //!
 //! Interceptors (`timestamp`, `host`, `static`) live in [`interceptors`].
 //!
@@ -23,6 +24,7 @@ pub mod exec;
 mod file_id;
 pub mod http;
 pub mod interceptors;
+pub mod kafka;
 mod lines;
 pub mod netcat;
 pub mod seq;
@@ -44,7 +46,8 @@ pub fn register(registry: &mut Registry) {
         })
         .register_source("exec", |cfg| Ok(Box::new(exec::ExecSource::build(cfg)?)))
         .register_source("http", |cfg| Ok(Box::new(http::HttpSource::build(cfg)?)))
-        .register_source("stdin", |cfg| Ok(Box::new(stdin::StdinSource::build(cfg)?)));
+        .register_source("stdin", |cfg| Ok(Box::new(stdin::StdinSource::build(cfg)?)))
+        .register_source("kafka", |cfg| Ok(Box::new(kafka::KafkaSource::build(cfg)?)));
     #[cfg(unix)]
     registry
         .register_source("taildir", |cfg| {
@@ -93,7 +96,7 @@ mod tests {
         assert_eq!(
             registry.type_names(ComponentKind::Source),
             vec![
-                "exec", "http", "netcat", "seq", "spooldir", "stdin", "taildir"
+                "exec", "http", "kafka", "netcat", "seq", "spooldir", "stdin", "taildir"
             ]
         );
         assert_eq!(

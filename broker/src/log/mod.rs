@@ -417,7 +417,6 @@ impl PartitionLog {
 
     /// Appends a transaction marker (COMMIT or ABORT control batch) for the producer; returns
     /// its offset. Refused when the partition saw a newer epoch of the producer.
-    #[allow(dead_code)] // The transaction coordinator, its caller, lands next.
     pub(crate) fn append_marker(
         &mut self,
         producer_id: i64,

@@ -61,7 +61,7 @@ impl HostInterceptor {
 
     fn value(&self) -> &str {
         self.value.get_or_init(|| {
-            let name = host_name();
+            let name = ferry_core::host_name();
             if self.use_ip {
                 address_of(&name).to_string()
             } else {
@@ -81,17 +81,6 @@ impl Interceptor for HostInterceptor {
         );
         events
     }
-}
-
-/// This machine's host name, or `localhost` if the system does not say.
-fn host_name() -> String {
-    ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .iter()
-        .filter_map(|path| std::fs::read_to_string(path).ok())
-        .chain(std::env::var("HOSTNAME").ok())
-        .map(|name| name.trim().to_owned())
-        .find(|name| !name.is_empty())
-        .unwrap_or_else(|| "localhost".into())
 }
 
 /// The address `name` resolves to, preferring a non-loopback IPv4 address; else the address
@@ -142,8 +131,8 @@ mod tests {
         let interceptor =
             HostInterceptor::build(&config("host", "use_ip: false\nhost_header: origin")).unwrap();
         let out = interceptor.intercept(vec![Event::from_body("a")]);
-        assert_eq!(out[0].headers["origin"], host_name());
-        assert!(!host_name().is_empty());
+        assert_eq!(out[0].headers["origin"], ferry_core::host_name());
+        assert!(!ferry_core::host_name().is_empty());
     }
 
     #[test]

@@ -1,0 +1,715 @@
+//! `kafka`: Flume's KafkaSource. Consumes topics in a consumer group through librdkafka, from
+//! the bundled broker or any Kafka cluster, a Flume event per record.
+//!
+//! Where the consumed offsets live (the rule of delivery in `DESIGN.md`): every batch's
+//! checkpoint holds the next offset of every partition this source has read, and travels with
+//! the events. With a durable channel it is committed in the same SQLite transaction as the
+//! events, so a crash at any moment neither loses nor repeats a record; with a memory channel
+//! it is saved once the sinks delivered the batch (at-least-once). When partitions are
+//! assigned, the source seeks each to the larger of its own offset and the group's committed
+//! one, so a partition handed over by another agent of the group starts where that agent
+//! committed. The group's committed offsets follow the durable checkpoint (after every batch,
+//! and synchronously for partitions being revoked), which keeps `agent groups` lag true and
+//! makes hand-overs exact when the previous owner stopped cleanly.
+//!
+//! Rebalances: records of a batch still being gathered are dropped when their partition is
+//! revoked (its new owner reads them), so a batch never carries records of a partition this
+//! consumer no longer owns.
+//!
+//! Headers: the record's Kafka headers become Flume headers (values as UTF-8, lossy), then
+//! `topic`, `partition`, `offset`, `timestamp` (ms) and, when the record has one, `key` are set.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ferry_core::{
+    Checkpoint, ComponentConfig, ConfigError, Event, Source, SourceContext, SourceError,
+    async_trait,
+};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol, StreamConsumer,
+};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde::Deserialize;
+
+/// Options of the `kafka` source.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSourceConfig {
+    /// `host:port[,host:port]` of the cluster. Required. Flume: `kafka.bootstrap.servers`.
+    pub bootstrap_servers: String,
+    /// Topics to consume. Flume: `kafka.topics`.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// A regular expression of the topics to consume, instead of `topics`. Flume:
+    /// `kafka.topics.regex`.
+    #[serde(default)]
+    pub topics_regex: Option<String>,
+    /// Consumer group. Default `flume`. Flume: `kafka.consumer.group.id`.
+    #[serde(default = "default_group_id")]
+    pub group_id: String,
+    /// Most records per put. Default `1000`. Flume: `batchSize`.
+    #[serde(default = "default_batch_size")]
+    pub batch_size: usize,
+    /// Longest a batch is gathered before it is put. Default `1s`. Flume:
+    /// `batchDurationMillis`.
+    #[serde(
+        default = "default_batch_duration",
+        with = "ferry_core::config::duration"
+    )]
+    pub batch_duration: Duration,
+    /// Where a partition without any stored offset starts: `earliest` or `latest`. Default
+    /// `earliest`. Kafka: `auto.offset.reset`.
+    #[serde(default = "default_reset")]
+    pub auto_offset_reset: String,
+    /// `read_committed` (default: records of aborted or open transactions are not read) or
+    /// `read_uncommitted`. Kafka: `isolation.level`.
+    #[serde(default = "default_isolation")]
+    pub isolation_level: String,
+    /// Any other consumer property, passed to librdkafka as written. Flume: `kafka.consumer.*`.
+    #[serde(default)]
+    pub consumer: BTreeMap<String, String>,
+}
+
+fn default_group_id() -> String {
+    "flume".into()
+}
+fn default_batch_size() -> usize {
+    1000
+}
+fn default_batch_duration() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_reset() -> String {
+    "earliest".into()
+}
+fn default_isolation() -> String {
+    "read_committed".into()
+}
+
+/// A topic partition.
+type Tp = (String, i32);
+
+/// The checkpoint: the next offset of every partition read, as JSON `[[topic, partition,
+/// offset], ...]`.
+fn encode_offsets(offsets: &BTreeMap<Tp, i64>) -> Checkpoint {
+    let list: Vec<(&str, i32, i64)> = offsets
+        .iter()
+        .map(|((topic, partition), offset)| (topic.as_str(), *partition, *offset))
+        .collect();
+    Checkpoint::new(serde_json::to_vec(&list).unwrap_or_default())
+}
+
+fn decode_offsets(checkpoint: &Checkpoint) -> Result<BTreeMap<Tp, i64>, SourceError> {
+    let list: Vec<(String, i32, i64)> =
+        serde_json::from_slice(checkpoint.as_bytes()).map_err(|e| {
+            SourceError::Other(format!(
+                "checkpoint {:?} is not a kafka source checkpoint: {e}",
+                String::from_utf8_lossy(checkpoint.as_bytes())
+            ))
+        })?;
+    Ok(list.into_iter().map(|(t, p, o)| ((t, p), o)).collect())
+}
+
+/// What the rebalance callback and the batch loop share.
+#[derive(Default)]
+struct Shared {
+    /// Next offsets whose records every channel holds (what the checkpoints say).
+    sent: BTreeMap<Tp, i64>,
+    /// Partitions owned now, each with the number of the assignment that gave it.
+    assigned: HashMap<Tp, u64>,
+    assignments: u64,
+}
+
+struct RebalanceContext {
+    source: String,
+    ctx: SourceContext,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl RebalanceContext {
+    fn shared(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where each newly assigned partition starts: the larger of this source's offset and the
+    /// group's committed one; neither known leaves it to `auto.offset.reset`.
+    fn seek_targets(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+        let committed = match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Ok(committed) => committed,
+            Err(e) => {
+                tracing::warn!(source = %self.source, error = %e, "cannot read the group's committed offsets; starting from this source's own");
+                TopicPartitionList::new()
+            }
+        };
+        let shared = self.shared();
+        let wanted: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_owned(), e.partition()))
+            .collect();
+        for (topic, partition) in wanted {
+            let group = committed
+                .find_partition(&topic, partition)
+                .and_then(|e| e.offset().to_raw())
+                .filter(|o| *o >= 0);
+            let own = shared.sent.get(&(topic.clone(), partition)).copied();
+            if let Some(start) = own.max(group) {
+                if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(start)) {
+                    tracing::warn!(source = %self.source, topic, partition, error = %e, "cannot set a start offset");
+                }
+                tracing::info!(source = %self.source, topic, partition, offset = start, own, group, "partition assigned");
+            } else {
+                tracing::info!(source = %self.source, topic, partition, "partition assigned; no offset stored, auto_offset_reset applies");
+            }
+        }
+    }
+
+    /// Commits the durable offsets of `partitions` (all owned ones when `None`).
+    fn commit_durable(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        partitions: Option<&TopicPartitionList>,
+        mode: CommitMode,
+    ) {
+        commit_durable(
+            &self.source,
+            &self.ctx,
+            consumer,
+            partitions,
+            &self.shared,
+            mode,
+        );
+    }
+}
+
+fn commit_durable<C: ConsumerContext>(
+    source: &str,
+    ctx: &SourceContext,
+    consumer: &impl Consumer<C>,
+    partitions: Option<&TopicPartitionList>,
+    shared: &Mutex<Shared>,
+    mode: CommitMode,
+) {
+    let Some(Ok(durable)) = ctx.durable_checkpoint().as_ref().map(decode_offsets) else {
+        return;
+    };
+    let mut tpl = TopicPartitionList::new();
+    {
+        let shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+        for ((topic, partition), offset) in &durable {
+            let wanted = match partitions {
+                Some(list) => list.find_partition(topic, *partition).is_some(),
+                None => shared.assigned.contains_key(&(topic.clone(), *partition)),
+            };
+            if wanted {
+                let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+            }
+        }
+    }
+    if tpl.count() == 0 {
+        return;
+    }
+    if let Err(e) = consumer.commit(&tpl, mode) {
+        tracing::warn!(source, error = %e, "cannot commit offsets to the group (informational: the source's own offsets decide)");
+    }
+}
+
+impl ClientContext for RebalanceContext {}
+
+impl ConsumerContext for RebalanceContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.seek_targets(consumer, tpl);
+                let result = if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                };
+                let mut shared = self.shared();
+                if !cooperative {
+                    shared.assigned.clear();
+                }
+                shared.assignments += 1;
+                let number = shared.assignments;
+                for e in tpl.elements() {
+                    shared
+                        .assigned
+                        .insert((e.topic().to_owned(), e.partition()), number);
+                }
+                result
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                // The next owner starts where this one's durable offsets end.
+                self.commit_durable(consumer, Some(tpl), CommitMode::Sync);
+                {
+                    let mut shared = self.shared();
+                    for e in tpl.elements() {
+                        shared
+                            .assigned
+                            .remove(&(e.topic().to_owned(), e.partition()));
+                    }
+                }
+                tracing::info!(source = %self.source, partitions = tpl.count(), "partitions revoked");
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                tracing::error!(source = %self.source, error = ?other, "rebalance failed");
+                self.shared().assigned.clear();
+                consumer.unassign()
+            }
+        };
+        if let Err(e) = result {
+            tracing::error!(source = %self.source, error = %e, "cannot apply a rebalance");
+        }
+    }
+}
+
+/// The Kafka source.
+pub struct KafkaSource {
+    config: KafkaSourceConfig,
+    client: ClientConfig,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSource")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl KafkaSource {
+    /// Validates the options; the consumer is created when the source runs.
+    pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
+        let config: KafkaSourceConfig = cfg.parse()?;
+        if config.bootstrap_servers.trim().is_empty() {
+            return Err(cfg.error_at("bootstrap_servers", "`bootstrap_servers` is empty"));
+        }
+        match (&config.topics_regex, config.topics.is_empty()) {
+            (None, true) => {
+                return Err(ConfigError::new(
+                    cfg.location(),
+                    "set `topics` (a list) or `topics_regex`",
+                ));
+            }
+            (Some(_), false) => {
+                return Err(
+                    cfg.error_at("topics_regex", "set `topics` or `topics_regex`, not both")
+                );
+            }
+            (Some(regex), true) => {
+                if let Err(e) = regex::Regex::new(regex) {
+                    return Err(
+                        cfg.error_at("topics_regex", format!("not a regular expression: {e}"))
+                    );
+                }
+            }
+            (None, false) => {}
+        }
+        if config.group_id.is_empty() {
+            return Err(cfg.error_at("group_id", "`group_id` is empty"));
+        }
+        if config.batch_size == 0 {
+            return Err(cfg.error_at("batch_size", "`batch_size` must be at least 1"));
+        }
+        let resets = ["earliest", "latest"];
+        if !resets.contains(&config.auto_offset_reset.as_str()) {
+            return Err(cfg.error_at(
+                "auto_offset_reset",
+                ferry_core::config::unknown_name_message(
+                    "auto_offset_reset",
+                    &config.auto_offset_reset,
+                    resets,
+                ),
+            ));
+        }
+        let levels = ["read_committed", "read_uncommitted"];
+        if !levels.contains(&config.isolation_level.as_str()) {
+            return Err(cfg.error_at(
+                "isolation_level",
+                ferry_core::config::unknown_name_message(
+                    "isolation_level",
+                    &config.isolation_level,
+                    levels,
+                ),
+            ));
+        }
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.bootstrap_servers)
+            .set("group.id", &config.group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", &config.auto_offset_reset)
+            .set("isolation.level", &config.isolation_level)
+            .set("enable.partition.eof", "false");
+        for (key, value) in &config.consumer {
+            client.set(key, value);
+        }
+        Ok(Self { config, client })
+    }
+}
+
+/// A record read but not yet put.
+struct Pending {
+    tp: Tp,
+    assignment: u64,
+    offset: i64,
+    event: Event,
+}
+
+fn event_of(message: &impl Message) -> Event {
+    let mut event = Event::from_body(message.payload().map(<[u8]>::to_vec).unwrap_or_default());
+    if let Some(headers) = message.headers() {
+        for header in headers.iter() {
+            let value = header
+                .value
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
+            event
+                .headers
+                .insert(header.key.to_owned(), value.into_owned());
+        }
+    }
+    let h = &mut event.headers;
+    h.insert("topic".into(), message.topic().to_owned());
+    h.insert("partition".into(), message.partition().to_string());
+    h.insert("offset".into(), message.offset().to_string());
+    if let Some(ts) = message.timestamp().to_millis() {
+        h.insert("timestamp".into(), ts.to_string());
+    }
+    if let Some(key) = message.key() {
+        h.insert("key".into(), String::from_utf8_lossy(key).into_owned());
+    }
+    event
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    fn max_batch_size(&self) -> Option<usize> {
+        Some(self.config.batch_size)
+    }
+
+    async fn run(self: Box<Self>, ctx: SourceContext) -> Result<(), SourceError> {
+        let name = ctx.name().to_owned();
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        // Not `checkpoint()`: after a restart of this source in the same process, the durable
+        // checkpoint is newer than the one loaded at start.
+        if let Some(checkpoint) = ctx.durable_checkpoint() {
+            let offsets = decode_offsets(&checkpoint)?;
+            tracing::info!(source = %name, partitions = offsets.len(), "kafka source resumes from its checkpoint");
+            shared.lock().unwrap_or_else(|e| e.into_inner()).sent = offsets;
+        }
+        let context = RebalanceContext {
+            source: name.clone(),
+            ctx: ctx.clone(),
+            shared: Arc::clone(&shared),
+        };
+        let consumer: StreamConsumer<RebalanceContext> =
+            self.client
+                .create_with_context(context)
+                .map_err(|e| SourceError::Other(format!("creating the Kafka consumer: {e}")))?;
+        let subscription: Vec<String> = match &self.config.topics_regex {
+            // librdkafka reads a name starting with `^` as a regular expression.
+            Some(regex) if regex.starts_with('^') => vec![regex.clone()],
+            Some(regex) => vec![format!("^{regex}")],
+            None => self.config.topics.clone(),
+        };
+        let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| SourceError::Other(format!("subscribing to {topics:?}: {e}")))?;
+        tracing::info!(source = %name, topics = ?topics, group = %self.config.group_id, "kafka source subscribed");
+
+        let shutdown = ctx.shutdown().clone();
+        let mut pending: Vec<Pending> = Vec::with_capacity(self.config.batch_size);
+        let mut assignments_seen = 0u64;
+        while !shutdown.is_triggered() {
+            let deadline = tokio::time::Instant::now() + self.config.batch_duration;
+            while pending.len() < self.config.batch_size {
+                let received = tokio::select! {
+                    received = consumer.recv() => received,
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = shutdown.wait() => break,
+                };
+                // A rebalance runs inside `recv`: drop what was gathered from partitions this
+                // consumer no longer owns, or owns again since a newer assignment.
+                let owner = {
+                    let state = shared.lock().unwrap_or_else(|e| e.into_inner());
+                    if state.assignments != assignments_seen {
+                        assignments_seen = state.assignments;
+                        let before = pending.len();
+                        pending.retain(|p| state.assigned.get(&p.tp) == Some(&p.assignment));
+                        if pending.len() < before {
+                            tracing::info!(source = %name, dropped = before - pending.len(), "dropped records of revoked partitions from the batch being gathered");
+                        }
+                    }
+                    received.as_ref().ok().and_then(|m| {
+                        let tp = (m.topic().to_owned(), m.partition());
+                        state.assigned.get(&tp).map(|a| (tp, *a))
+                    })
+                };
+                match received {
+                    Ok(message) => {
+                        if let Some((tp, assignment)) = owner {
+                            pending.push(Pending {
+                                tp,
+                                assignment,
+                                offset: message.offset(),
+                                event: event_of(&message),
+                            });
+                        }
+                    }
+                    Err(KafkaError::PartitionEOF(_)) => {}
+                    Err(e) => {
+                        tracing::warn!(source = %name, error = %e, "kafka consumer error");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+            if pending.is_empty() {
+                continue;
+            }
+            let mut offsets = shared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .sent
+                .clone();
+            for p in &pending {
+                let next = offsets.entry(p.tp.clone()).or_insert(0);
+                *next = (*next).max(p.offset + 1);
+            }
+            let events: Vec<Event> = pending.drain(..).map(|p| p.event).collect();
+            ctx.send(events, Some(encode_offsets(&offsets))).await?;
+            shared.lock().unwrap_or_else(|e| e.into_inner()).sent = offsets;
+            commit_durable(&name, &ctx, &consumer, None, &shared, CommitMode::Async);
+        }
+        commit_durable(&name, &ctx, &consumer, None, &shared, CommitMode::Sync);
+        // Dropping the consumer leaves the group, so its partitions move on at once.
+        let closing = tokio::task::spawn_blocking(move || drop(consumer));
+        let _ = closing.await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ferry_broker::{Broker, BrokerConfig};
+    use ferry_core::{Channel, CheckpointStore, MemoryCheckpointStore, Shutdown, SourceContext};
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    use super::*;
+    use crate::test_channel::{TestChannel, config};
+
+    async fn produce(bootstrap: &str, topic: &str, from: usize, to: usize) {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        let sends: Vec<_> = (from..to)
+            .map(|i| {
+                let body = format!("record-{i}");
+                let key = format!("k{i}");
+                let headers = OwnedHeaders::new().insert(Header {
+                    key: "app",
+                    value: Some("web"),
+                });
+                producer
+                    .send_result(
+                        FutureRecord::to(topic)
+                            .payload(&body)
+                            .key(&key)
+                            .headers(headers),
+                    )
+                    .unwrap()
+            })
+            .collect();
+        for send in sends {
+            send.await.unwrap().unwrap();
+        }
+    }
+
+    /// Runs a kafka source into `channel` with `store` until `n` events arrived, then stops it.
+    async fn consume(
+        bootstrap: &str,
+        channel: &Arc<TestChannel>,
+        store: Arc<MemoryCheckpointStore>,
+        n: usize,
+    ) {
+        let shutdown = Shutdown::new();
+        let ctx = SourceContext::new(
+            "kafka-in",
+            vec![channel.clone() as Arc<dyn Channel>],
+            vec![],
+            shutdown.clone(),
+            store,
+        )
+        .unwrap();
+        let source = KafkaSource::build(&config(
+            "kafka",
+            &format!(
+                "bootstrap_servers: {bootstrap}\ntopics: [logs]\ngroup_id: g\nbatch_size: 50\nbatch_duration: 100ms"
+            ),
+        ))
+        .unwrap();
+        let task = tokio::spawn(Box::new(source).run(ctx));
+        tokio::time::timeout(Duration::from_secs(60), channel.wait_for(n))
+            .await
+            .unwrap_or_else(|_| panic!("{} of {n} events arrived", channel.events().len()));
+        shutdown.trigger();
+        task.await.unwrap().unwrap();
+    }
+
+    fn group_offsets(bootstrap: &str) -> BTreeMap<i32, i64> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "g")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..3 {
+            tpl.add_partition("logs", p);
+        }
+        let committed = consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .unwrap();
+        committed
+            .elements()
+            .iter()
+            .map(|e| (e.partition(), e.offset().to_raw().unwrap_or(-1)))
+            .collect()
+    }
+
+    fn reset_group(bootstrap: &str) {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "g")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..3 {
+            tpl.add_partition_offset("logs", p, Offset::Offset(0))
+                .unwrap();
+        }
+        consumer.commit(&tpl, CommitMode::Sync).unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_arrive_once_with_headers_and_the_checkpoint_decides_where_to_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = Broker::start(BrokerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().to_path_buf(),
+            num_partitions: 3,
+            group_initial_rebalance_delay_ms: 0,
+            ..BrokerConfig::default()
+        })
+        .await
+        .unwrap();
+        let bootstrap = broker.local_addr().to_string();
+        produce(&bootstrap, "logs", 0, 300).await;
+
+        let channel = TestChannel::new(100_000, 1000);
+        let store = Arc::new(MemoryCheckpointStore::default());
+        consume(&bootstrap, &channel, store.clone(), 300).await;
+        let events = channel.drain();
+        let mut bodies: Vec<String> = events
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.body).into_owned())
+            .collect();
+        bodies.sort();
+        bodies.dedup();
+        assert_eq!(bodies.len(), 300);
+        let e = &events[0];
+        let i: usize = String::from_utf8_lossy(&e.body)["record-".len()..]
+            .parse()
+            .unwrap();
+        assert_eq!(e.headers["key"], format!("k{i}"));
+        assert_eq!(e.headers["app"], "web");
+        assert_eq!(e.headers["topic"], "logs");
+        assert!(e.headers["partition"].parse::<i32>().unwrap() < 3);
+        assert!(e.headers.contains_key("offset") && e.headers.contains_key("timestamp"));
+        let checkpoint = channel.checkpoint().unwrap();
+        let offsets = decode_offsets(&checkpoint).unwrap();
+        assert_eq!(offsets.values().sum::<i64>(), 300);
+        // The group's offsets followed the durable checkpoint.
+        let committed = group_offsets(&bootstrap);
+        assert_eq!(committed.values().sum::<i64>(), 300, "{committed:?}");
+
+        // The group's offsets are moved back; the source's own offsets win: nothing repeats.
+        reset_group(&bootstrap);
+        store.save("kafka-in", &checkpoint).unwrap();
+        produce(&bootstrap, "logs", 300, 400).await;
+        consume(&bootstrap, &channel, store.clone(), 100).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut second: Vec<String> = channel
+            .drain()
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.body).into_owned())
+            .collect();
+        second.sort();
+        let expected: Vec<String> = {
+            let mut v: Vec<String> = (300..400).map(|i| format!("record-{i}")).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(second, expected);
+
+        // A source without a checkpoint (another agent taking over) starts at the group's
+        // committed offsets.
+        produce(&bootstrap, "logs", 400, 450).await;
+        let fresh = TestChannel::new(100_000, 1000);
+        consume(
+            &bootstrap,
+            &fresh,
+            Arc::new(MemoryCheckpointStore::default()),
+            50,
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(fresh.events().len(), 50);
+        broker.shutdown().await;
+    }
+
+    #[test]
+    fn bad_options_are_reported_with_their_key() {
+        let err = KafkaSource::build(&config("kafka", "bootstrap_servers: h:1")).unwrap_err();
+        assert!(err.message.contains("topics"), "{err:?}");
+        let err = KafkaSource::build(&config(
+            "kafka",
+            "bootstrap_servers: h:1\ntopics: [a]\nauto_offset_reset: earlist",
+        ))
+        .unwrap_err();
+        assert!(err.message.contains("did you mean `earliest`"), "{err:?}");
+        let err = KafkaSource::build(&config(
+            "kafka",
+            "bootstrap_servers: h:1\ntopics_regex: '('",
+        ))
+        .unwrap_err();
+        assert_eq!(err.location.map(|l| l.line), Some(2));
+    }
+}
