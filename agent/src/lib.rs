@@ -76,14 +76,18 @@ enum Command {
     /// Lists, describes (with lag), resets and deletes consumer groups (as
     /// kafka-consumer-groups.sh).
     Groups(tools::groups::GroupsArgs),
+    /// Lists transactions and describes one (as kafka-transactions.sh `list` and `describe`).
+    Transactions(tools::transactions::TransactionsArgs),
     /// Writes standard input to a topic, a record per line (as kafka-console-producer.sh).
     ConsoleProducer(tools::console::ProducerArgs),
     /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
     ConsoleConsumer(tools::console::ConsumerArgs),
-    /// Prints the batches and records of broker segment files, and `.index`/`.timeindex`
-    /// entries (as kafka-dump-log.sh / DumpLogSegments).
+    /// Prints the batches (with producer ids, sequences and transaction markers) and records of
+    /// broker segment files, and `.index`/`.timeindex`/`.txnindex` entries (as
+    /// kafka-dump-log.sh / DumpLogSegments).
     DumpLogSegments {
-        /// Segment files (`.log`, `.index`, `.timeindex`), comma-separated as in Kafka.
+        /// Segment files (`.log`, `.index`, `.timeindex`, `.txnindex`), comma-separated as in
+        /// Kafka.
         #[arg(long, value_delimiter = ',', required = true)]
         files: Vec<PathBuf>,
         /// Print each record's key, value and headers too.
@@ -102,6 +106,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Broker { config } => broker(config.as_deref()),
         Command::Topics(args) => tool(tools::topics::run(args)),
         Command::Groups(args) => tool(tools::groups::run(args)),
+        Command::Transactions(args) => tool(tools::transactions::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
         Command::DumpLogSegments {

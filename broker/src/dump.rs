@@ -1,6 +1,23 @@
 //! Segment files printed as Apache Kafka's DumpLogSegments tool (`kafka-dump-log.sh`) prints
 //! them, for the `dump-log-segments` command: one line per batch (and per record with
-//! `print_data_log`) for a `.log`, one line per entry for an `.index` or `.timeindex`.
+//! `print_data_log`) for a `.log`, one line per entry for an `.index`, `.timeindex` or
+//! `.txnindex`.
+//!
+//! Every batch line carries the producer fields (id, epoch, first and last sequence) and the
+//! transactional and control bits of the attributes (0x10 and 0x20). The one record of a
+//! control batch (a transaction marker) is printed as `endTxnMarker: COMMIT|ABORT
+//! coordinatorEpoch: N` instead of a key and payload; its key is `version i16, type i16 (0 =
+//! ABORT, 1 = COMMIT)` and its value `version i16, coordinatorEpoch i32`.
+//!
+//! A `.txnindex` holds the aborted transactions of its segment, 34 bytes each, big-endian:
+//!
+//! | bytes  | field                  |
+//! |--------|------------------------|
+//! | 0..2   | version i16 (0)        |
+//! | 2..10  | producerId i64         |
+//! | 10..18 | firstOffset i64        |
+//! | 18..26 | lastOffset i64         |
+//! | 26..34 | lastStableOffset i64   |
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,8 +41,10 @@ pub enum DumpError {
     /// The output cannot be written.
     #[error("cannot write the dump: {0}")]
     Write(#[from] std::io::Error),
-    /// The file name is not `<20-digit base offset>.log|.index|.timeindex`.
-    #[error("{0} is not a segment file (NNNNNNNNNNNNNNNNNNNN.log, .index or .timeindex)")]
+    /// The file name is not `<20-digit base offset>.log|.index|.timeindex|.txnindex`.
+    #[error(
+        "{0} is not a segment file (NNNNNNNNNNNNNNNNNNNN.log, .index, .timeindex or .txnindex)"
+    )]
     NotASegment(PathBuf),
 }
 
@@ -84,9 +103,61 @@ pub fn dump_segment_file(
                 writeln!(out, "timestamp: {} offset: {offset}", i64_at(entry, 0))?;
             }
         }
+        "txnindex" => {
+            for entry in data.chunks_exact(TXN_INDEX_ENTRY_LEN) {
+                writeln!(
+                    out,
+                    "version: {} producerId: {} firstOffset: {} lastOffset: {} lastStableOffset: {}",
+                    i16_at(entry, 0),
+                    i64_at(entry, 2),
+                    i64_at(entry, 10),
+                    i64_at(entry, 18),
+                    i64_at(entry, 26),
+                )?;
+            }
+            let trailing = data.len() % TXN_INDEX_ENTRY_LEN;
+            if trailing > 0 {
+                writeln!(
+                    out,
+                    "Found {trailing} invalid bytes at the end of the file (position {})",
+                    data.len() - trailing
+                )?;
+            }
+        }
         _ => return Err(DumpError::NotASegment(path.to_path_buf())),
     }
     Ok(())
+}
+
+/// Bytes of one aborted transaction in a `.txnindex`.
+const TXN_INDEX_ENTRY_LEN: usize = 34;
+
+/// `sequence + delta` as Kafka counts sequences: after `i32::MAX` comes 0.
+fn add_to_sequence(sequence: i32, delta: i32) -> i32 {
+    if sequence < 0 {
+        return -1;
+    }
+    ((i64::from(sequence) + i64::from(delta)) % (i64::from(i32::MAX) + 1)) as i32
+}
+
+/// What the one record of a control batch says, as DumpLogSegments prints it.
+fn control_record(key: Option<&Bytes>, value: Option<&Bytes>) -> String {
+    let Some(key) = key.filter(|k| k.len() >= 4) else {
+        return "controlType: UNKNOWN(-1)".to_owned();
+    };
+    let kind = i16_at(key, 2);
+    let name = match kind {
+        0 => "ABORT",
+        1 => "COMMIT",
+        _ => return format!("controlType: UNKNOWN({kind})"),
+    };
+    match value.filter(|v| v.len() >= 6) {
+        Some(value) => format!(
+            "endTxnMarker: {name} coordinatorEpoch: {}",
+            i32_at(value, 2)
+        ),
+        None => format!("endTxnMarker: {name} (invalid marker value)"),
+    }
 }
 
 fn dump_log(
@@ -107,11 +178,8 @@ fn dump_log(
         let b = &data[position..position + header.size];
         let attributes = i16_at(b, 21);
         let base_sequence = i32_at(b, 53);
-        let last_sequence = if base_sequence < 0 {
-            -1
-        } else {
-            base_sequence.wrapping_add(header.last_offset_delta)
-        };
+        let last_sequence = add_to_sequence(base_sequence, header.last_offset_delta);
+        let is_control = attributes & 0x20 != 0;
         let timestamp_kind = if attributes & 0x08 != 0 {
             "LogAppendTime"
         } else {
@@ -135,7 +203,7 @@ fn dump_log(
             i16_at(b, 51),
             i32_at(b, 12),
             attributes & 0x10 != 0,
-            attributes & 0x20 != 0,
+            is_control,
             header.max_timestamp,
             header.size,
             CODECS
@@ -164,18 +232,19 @@ fn dump_log(
                             size(&r.key),
                             size(&r.value),
                             // Kafka's rule; the codec counts up from -1 for non-idempotent batches.
-                            if base_sequence < 0 {
-                                -1
-                            } else {
-                                base_sequence.wrapping_add((r.offset - header.base_offset) as i32)
-                            },
+                            add_to_sequence(base_sequence, (r.offset - header.base_offset) as i32),
                             keys.join(",")
                         )?;
-                        if let Some(key) = &r.key {
-                            write!(out, " key: {}", String::from_utf8_lossy(key))?;
-                        }
-                        if let Some(value) = &r.value {
-                            write!(out, " payload: {}", String::from_utf8_lossy(value))?;
+                        if is_control {
+                            // A marker's key and value are binary: printed decoded, as Kafka does.
+                            write!(out, " {}", control_record(r.key.as_ref(), r.value.as_ref()))?;
+                        } else {
+                            if let Some(key) = &r.key {
+                                write!(out, " key: {}", String::from_utf8_lossy(key))?;
+                            }
+                            if let Some(value) = &r.value {
+                                write!(out, " payload: {}", String::from_utf8_lossy(value))?;
+                            }
                         }
                         writeln!(out)?;
                     }
@@ -193,4 +262,216 @@ fn dump_log(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use bytes::BytesMut;
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    use super::*;
+
+    type KeyValue = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+    /// A batch of `records` at `base_offset` from producer 7 epoch 2, written as a broker
+    /// stores it.
+    fn batch(
+        base_offset: i64,
+        records: &[KeyValue],
+        base_sequence: i32,
+        transactional: bool,
+        control: bool,
+    ) -> Vec<u8> {
+        let records: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, (key, value))| Record {
+                transactional,
+                control,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: 7,
+                producer_epoch: 2,
+                timestamp_type: TimestampType::Creation,
+                offset: base_offset + i as i64,
+                sequence: if base_sequence < 0 {
+                    -1
+                } else {
+                    add_to_sequence(base_sequence, i as i32)
+                },
+                timestamp: 1000,
+                key: key.clone().map(Bytes::from),
+                value: value.clone().map(Bytes::from),
+                headers: IndexMap::new(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        buf.to_vec()
+    }
+
+    /// A transaction marker: key `version 0, type`, value `version 0, coordinator epoch`.
+    fn marker(base_offset: i64, commit: bool, coordinator_epoch: i32) -> Vec<u8> {
+        let key = [0i16.to_be_bytes(), i16::from(commit).to_be_bytes()].concat();
+        let mut value = 0i16.to_be_bytes().to_vec();
+        value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+        batch(base_offset, &[(Some(key), Some(value))], -1, true, true)
+    }
+
+    fn dump(dir: &Path, name: &str, bytes: &[u8], print_data_log: bool) -> Vec<String> {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let mut out = Vec::new();
+        dump_segment_file(&path, print_data_log, &mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn field<'a>(line: &'a str, name: &str) -> &'a str {
+        let at = line
+            .find(&format!(" {name}: "))
+            .unwrap_or_else(|| panic!("no {name} in {line}"));
+        line[at + name.len() + 3..].split(' ').next().unwrap()
+    }
+
+    #[test]
+    fn prints_producer_fields_and_markers_of_a_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = |k: &str, v: &str| (Some(k.as_bytes().to_vec()), Some(v.as_bytes().to_vec()));
+        let mut log = batch(
+            0,
+            &[kv("a", "one"), kv("b", "two"), kv("c", "three")],
+            5,
+            true,
+            false,
+        );
+        log.extend(marker(3, true, 4));
+        log.extend(marker(4, false, 0));
+        let lines = dump(dir.path(), "00000000000000000000.log", &log, true);
+        assert_eq!(lines[0], "Log starting offset: 0");
+        let batch_line = &lines[1];
+        // Kafka's field order, from baseOffset to isControl.
+        assert!(
+            batch_line.starts_with(
+                "baseOffset: 0 lastOffset: 2 count: 3 baseSequence: 5 lastSequence: 7 \
+                 producerId: 7 producerEpoch: 2 partitionLeaderEpoch: 0 isTransactional: true \
+                 isControl: false deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1000"
+            ),
+            "{batch_line}"
+        );
+        assert!(batch_line.ends_with("isvalid: true"), "{batch_line}");
+        assert_eq!(field(&lines[2], "sequence"), "5");
+        assert!(lines[2].ends_with(" key: a payload: one"), "{}", lines[2]);
+        assert_eq!(field(&lines[4], "sequence"), "7");
+        let commit_batch = &lines[5];
+        assert!(
+            commit_batch.starts_with(
+                "baseOffset: 3 lastOffset: 3 count: 1 baseSequence: -1 lastSequence: -1 \
+                 producerId: 7 producerEpoch: 2 partitionLeaderEpoch: 0 isTransactional: true \
+                 isControl: true "
+            ),
+            "{commit_batch}"
+        );
+        assert_eq!(
+            lines[6],
+            "| offset: 3 CreateTime: 1000 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] \
+             endTxnMarker: COMMIT coordinatorEpoch: 4"
+        );
+        assert!(lines[7].contains("isControl: true"), "{}", lines[7]);
+        assert!(
+            lines[8].ends_with(" endTxnMarker: ABORT coordinatorEpoch: 0"),
+            "{}",
+            lines[8]
+        );
+        assert_eq!(lines.len(), 9, "{lines:#?}");
+        // Without --print-data-log only the batch lines.
+        let lines = dump(dir.path(), "00000000000000000000.log", &log, false);
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+    }
+
+    #[test]
+    fn a_plain_batch_has_no_producer_and_sequences_wrap_after_i32_max() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = |s: &str| (None, Some(s.as_bytes().to_vec()));
+        let mut log = batch(0, &[v("x")], -1, false, false);
+        // The codec counts sequences as wrapping i32s, so the base sequence is set afterwards.
+        let mut wrapping = batch(1, &[v("y"), v("z")], 0, false, false);
+        wrapping[53..57].copy_from_slice(&i32::MAX.to_be_bytes());
+        let crc = crc32c::crc32c(&wrapping[21..]);
+        wrapping[17..21].copy_from_slice(&crc.to_be_bytes());
+        log.extend(wrapping);
+        let lines = dump(dir.path(), "00000000000000000000.log", &log, true);
+        assert_eq!(field(&lines[1], "baseSequence"), "-1");
+        assert_eq!(field(&lines[1], "lastSequence"), "-1");
+        assert_eq!(field(&lines[1], "isTransactional"), "false");
+        assert_eq!(field(&lines[1], "isControl"), "false");
+        assert_eq!(field(&lines[2], "sequence"), "-1");
+        assert!(
+            lines[2].ends_with("headerKeys: [] payload: x"),
+            "{}",
+            lines[2]
+        );
+        assert_eq!(field(&lines[3], "baseSequence"), &i32::MAX.to_string());
+        assert_eq!(field(&lines[3], "lastSequence"), "0");
+        assert_eq!(field(&lines[5], "sequence"), "0");
+    }
+
+    #[test]
+    fn an_unknown_control_record_is_named_by_its_type() {
+        let key = [0i16.to_be_bytes(), 5i16.to_be_bytes()].concat();
+        let log = batch(0, &[(Some(key), Some(vec![0; 6]))], -1, true, true);
+        let dir = tempfile::tempdir().unwrap();
+        let lines = dump(dir.path(), "00000000000000000000.log", &log, true);
+        assert!(
+            lines[2].ends_with(" controlType: UNKNOWN(5)"),
+            "{}",
+            lines[2]
+        );
+    }
+
+    #[test]
+    fn prints_aborted_transactions_of_a_txnindex() {
+        let entry = |pid: i64, first: i64, last: i64, lso: i64| {
+            let mut e = 0i16.to_be_bytes().to_vec();
+            for x in [pid, first, last, lso] {
+                e.extend_from_slice(&x.to_be_bytes());
+            }
+            assert_eq!(e.len(), TXN_INDEX_ENTRY_LEN);
+            e
+        };
+        let mut index = entry(1, 5, 9, 10);
+        index.extend(entry(3, 12, 20, 12));
+        let dir = tempfile::tempdir().unwrap();
+        let lines = dump(dir.path(), "00000000000000000000.txnindex", &index, false);
+        assert_eq!(
+            lines,
+            [
+                "version: 0 producerId: 1 firstOffset: 5 lastOffset: 9 lastStableOffset: 10",
+                "version: 0 producerId: 3 firstOffset: 12 lastOffset: 20 lastStableOffset: 12",
+            ]
+        );
+        index.extend([0; 10]);
+        let lines = dump(dir.path(), "00000000000000000000.txnindex", &index, false);
+        assert_eq!(
+            lines[2],
+            "Found 10 invalid bytes at the end of the file (position 68)"
+        );
+    }
 }

@@ -1,6 +1,8 @@
-//! Kafka-style command-line tools (`topics`, `groups`, `console-producer`, `console-consumer`), built on
-//! librdkafka so that they work against any Kafka cluster, not only the bundled broker. Flags
-//! follow Kafka's own tools (`kafka-topics.sh`, `kafka-console-producer.sh`, ...).
+//! Kafka-style command-line tools (`topics`, `groups`, `console-producer`, `console-consumer`,
+//! `transactions`), built on librdkafka so that they work against any Kafka cluster, not only
+//! the bundled broker (`transactions` speaks the protocol itself: librdkafka has no admin call
+//! for it). Flags follow Kafka's own tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
+//! ...).
 
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use rdkafka::config::ClientConfig;
 pub mod console;
 pub mod groups;
 pub mod topics;
+pub mod transactions;
 
 /// How long a tool waits for the cluster to answer one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

@@ -129,6 +129,71 @@ pub fn consume(
     out
 }
 
+/// Reads `partitions` of `topic` from the beginning until every partition reported its end
+/// (for `read_committed`, the last stable offset), with `isolation.level` set to `isolation`;
+/// panics after `timeout`. Call it once the records of interest are written.
+pub fn read_to_end(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: &str,
+    timeout: Duration,
+) -> Vec<Consumed> {
+    let consumer: BaseConsumer = client_config(bootstrap)
+        .set("group.id", "ferry-broker-tests")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation)
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&assignment).expect("assign");
+    let deadline = Instant::now() + timeout;
+    let mut at_end = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    while at_end.len() < partitions as usize {
+        assert!(
+            Instant::now() < deadline,
+            "{isolation} read of {topic}: partitions {at_end:?} of {partitions} reached their end \
+             within {timeout:?} ({} records)",
+            out.len()
+        );
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                at_end.remove(&m.partition());
+                out.push(Consumed {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                });
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => panic!("consume error: {e}"),
+            None => {}
+        }
+    }
+    out
+}
+
+/// The values of `records` as strings, sorted.
+pub fn sorted_values(records: &[Consumed]) -> Vec<String> {
+    let mut values: Vec<String> = records
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap_or_default()).unwrap())
+        .collect();
+    values.sort();
+    values
+}
+
 /// Checks that each partition's offsets run 0, 1, 2, ... with no gap or repeat.
 pub fn assert_contiguous_offsets(records: &[Consumed]) {
     let mut next: HashMap<i32, i64> = HashMap::new();

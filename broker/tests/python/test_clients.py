@@ -133,9 +133,8 @@ def test_kafka_python_produces_consumes_lists_offsets_and_admins_topics():
     admin.create_topics([KpNewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
     assert topic in admin.list_topics()
 
-    # kafka-python 3 enables idempotence by default, which needs InitProducerId: not served
-    # until the broker supports idempotent producers.
-    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", enable_idempotence=False)
+    # kafka-python 3 enables idempotence by default (InitProducerId, sequence numbers).
+    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all")
     futures = [producer.send(topic, key=str(i).encode(), value=payload(i)) for i in range(COUNT)]
     producer.flush(30)
     for f in futures:

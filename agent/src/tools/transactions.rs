@@ -1,0 +1,692 @@
+//! `agent transactions`: list the transactions the coordinators know and describe one, in the
+//! columns Kafka's `kafka-transactions.sh` prints (`list` and `describe`).
+//!
+//! librdkafka has no admin call for DescribeTransactions or ListTransactions, so this tool speaks
+//! the Kafka protocol itself over TCP: ApiVersions on every connection (each request is sent at
+//! the highest version both sides speak, and an API the broker does not advertise is an error
+//! naming the broker), then
+//!
+//! - `--list`: Metadata for the brokers of the cluster, ListTransactions to each of them (every
+//!   broker coordinates its share of the transactional ids);
+//! - `--describe`: FindCoordinator (key type 1, transaction) for the transactional id, then
+//!   DescribeTransactions to that coordinator.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use clap::Args;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::describe_transactions_response::TransactionState;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeTransactionsRequest,
+    FindCoordinatorRequest, ListTransactionsRequest, MetadataRequest, RequestHeader,
+    ResponseHeader, TransactionalId,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Message, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{REQUEST_TIMEOUT, runtime};
+
+/// Flags of `agent transactions`, named as `kafka-transactions.sh` names its commands and
+/// options (`list` is `--list`, `describe` is `--describe`).
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["list", "describe"])))]
+pub struct TransactionsArgs {
+    /// The server(s) to connect to, comma-separated.
+    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
+    bootstrap_server: String,
+    /// List the transactions of every broker: id, coordinator, producer id and state.
+    #[arg(long)]
+    list: bool,
+    /// Describe the current transaction of one transactional id.
+    #[arg(long, requires = "transactional_id")]
+    describe: bool,
+    /// With --describe: the transactional id.
+    #[arg(long = "transactional-id", value_name = "ID")]
+    transactional_id: Option<String>,
+}
+
+/// Runs `agent transactions`.
+pub fn run(args: TransactionsArgs) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let now_ms = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    };
+    runtime()?.block_on(async {
+        if args.list {
+            let rows = list(&args.bootstrap_server).await?;
+            print_table(&mut out, &LIST_HEADER, &rows)
+        } else {
+            let id = args
+                .transactional_id
+                .as_deref()
+                .context("--describe needs --transactional-id")?;
+            let row = describe(&args.bootstrap_server, id, now_ms).await?;
+            print_table(&mut out, &DESCRIBE_HEADER, &[row])
+        }
+    })
+}
+
+const LIST_HEADER: [&str; 4] = [
+    "TransactionalId",
+    "Coordinator",
+    "ProducerId",
+    "TransactionState",
+];
+
+const DESCRIBE_HEADER: [&str; 9] = [
+    "CoordinatorId",
+    "TransactionalId",
+    "ProducerId",
+    "ProducerEpoch",
+    "TransactionState",
+    "TransactionTimeoutMs",
+    "CurrentTransactionStartTimeMs",
+    "TransactionDurationMs",
+    "TopicPartitions",
+];
+
+/// Rows of `--list`, from every broker of the cluster, sorted by transactional id.
+async fn list(bootstrap: &str) -> anyhow::Result<Vec<[String; 4]>> {
+    let mut first = Connection::bootstrap(bootstrap).await?;
+    let version = first.version::<MetadataRequest>()?;
+    // An empty topic list asks for brokers only (from version 1; version 0 would list all).
+    let metadata = first
+        .call(
+            version,
+            &MetadataRequest::default().with_topics(Some(Vec::new())),
+        )
+        .await?;
+    let mut rows = Vec::new();
+    for broker in &metadata.brokers {
+        let address = format!("{}:{}", broker.host, broker.port);
+        let mut connection = if address == first.address {
+            None
+        } else {
+            Some(Connection::open(&address).await?)
+        };
+        let connection = connection.as_mut().unwrap_or(&mut first);
+        let version = connection.version::<ListTransactionsRequest>()?;
+        let response = connection
+            .call(version, &ListTransactionsRequest::default())
+            .await?;
+        if let Some(error) = ResponseError::try_from_code(response.error_code) {
+            bail!(
+                "failed to list transactions of broker {} ({address}): {error}",
+                broker.node_id.0
+            );
+        }
+        for t in response.transaction_states {
+            rows.push([
+                t.transactional_id.0.to_string(),
+                broker.node_id.0.to_string(),
+                t.producer_id.0.to_string(),
+                t.transaction_state.to_string(),
+            ]);
+        }
+    }
+    rows.sort();
+    Ok(rows)
+}
+
+/// How long a coordinator that is loading or not yet available is waited for.
+const COORDINATOR_WAIT: Duration = Duration::from_secs(10);
+/// FindCoordinator key type of a transactional id.
+const TRANSACTION_KEY: i8 = 1;
+/// FindCoordinator versions from 4 on look up a list of keys.
+const BATCHED_FIND_COORDINATOR: i16 = 4;
+
+/// The row of `--describe` for `id`.
+async fn describe(
+    bootstrap: &str,
+    id: &str,
+    now_ms: impl Fn() -> i64,
+) -> anyhow::Result<[String; 9]> {
+    let mut first = Connection::bootstrap(bootstrap).await?;
+    let what = || format!("failed to describe transactional-id `{id}`");
+    let deadline = Instant::now() + COORDINATOR_WAIT;
+    let (node_id, address) = loop {
+        let version = first.version::<FindCoordinatorRequest>()?;
+        let key = StrBytes::from_string(id.to_owned());
+        let request = FindCoordinatorRequest::default().with_key_type(TRANSACTION_KEY);
+        let request = if version >= BATCHED_FIND_COORDINATOR {
+            request.with_coordinator_keys(vec![key])
+        } else {
+            request.with_key(key)
+        };
+        let response = first.call(version, &request).await?;
+        let found = if version >= BATCHED_FIND_COORDINATOR {
+            let c =
+                response.coordinators.into_iter().next().with_context(|| {
+                    format!("{}: {} found no coordinator", what(), first.address)
+                })?;
+            (c.error_code, c.error_message, c.node_id, c.host, c.port)
+        } else {
+            (
+                response.error_code,
+                response.error_message,
+                response.node_id,
+                response.host,
+                response.port,
+            )
+        };
+        let (code, message, node_id, host, port) = found;
+        match ResponseError::try_from_code(code) {
+            None => break (node_id.0, format!("{host}:{port}")),
+            Some(e) if e.is_retriable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Some(e) => bail!(
+                "{}: finding its coordinator at {} failed: {}",
+                what(),
+                first.address,
+                error_text(e, message.as_deref())
+            ),
+        }
+    };
+    let mut coordinator = if address == first.address {
+        first
+    } else {
+        Connection::open(&address).await?
+    };
+    let version = coordinator.version::<DescribeTransactionsRequest>()?;
+    let response = coordinator
+        .call(
+            version,
+            &DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(
+                StrBytes::from_string(id.to_owned()),
+            )]),
+        )
+        .await?;
+    let state = response
+        .transaction_states
+        .into_iter()
+        .find(|s| s.transactional_id.0.as_str() == id)
+        .with_context(|| format!("{}: coordinator {address} did not answer for it", what()))?;
+    if let Some(e) = ResponseError::try_from_code(state.error_code) {
+        bail!(
+            "{}: coordinator {node_id} ({address}) answered {}",
+            what(),
+            error_text(e, None)
+        );
+    }
+    Ok(describe_row(node_id, &state, now_ms()))
+}
+
+/// The columns of a described transaction; the start time and duration are `None` when no
+/// transaction is under way (the broker sends -1), as Kafka prints them.
+fn describe_row(coordinator: i32, state: &TransactionState, now_ms: i64) -> [String; 9] {
+    let (start, duration) = if state.transaction_start_time_ms >= 0 {
+        (
+            state.transaction_start_time_ms.to_string(),
+            (now_ms - state.transaction_start_time_ms).to_string(),
+        )
+    } else {
+        ("None".to_owned(), "None".to_owned())
+    };
+    let mut partitions: Vec<(String, i32)> = state
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.topic.0.to_string(), *p)))
+        .collect();
+    partitions.sort();
+    let partitions: Vec<String> = partitions
+        .into_iter()
+        .map(|(topic, p)| format!("{topic}-{p}"))
+        .collect();
+    [
+        coordinator.to_string(),
+        state.transactional_id.0.to_string(),
+        state.producer_id.0.to_string(),
+        state.producer_epoch.to_string(),
+        state.transaction_state.to_string(),
+        state.transaction_timeout_ms.to_string(),
+        start,
+        duration,
+        partitions.join(","),
+    ]
+}
+
+fn error_text(error: ResponseError, message: Option<&str>) -> String {
+    match message {
+        Some(m) if !m.is_empty() => format!("{error} ({m})"),
+        _ => error.to_string(),
+    }
+}
+
+/// Prints a table as `kafka-transactions.sh` does: every cell, the last included, padded to
+/// its column's width and followed by a tab.
+fn print_table<const N: usize>(
+    out: &mut impl Write,
+    header: &[&str; N],
+    rows: &[[String; N]],
+) -> anyhow::Result<()> {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| -> std::io::Result<()> {
+        let mut text = String::new();
+        for (cell, w) in cells.zip(widths) {
+            text.push_str(&format!("{cell:<w$}\t"));
+        }
+        writeln!(out, "{text}")
+    };
+    line(&mut header.iter().copied())?;
+    for row in rows {
+        line(&mut row.iter().map(String::as_str))?;
+    }
+    Ok(())
+}
+
+/// One connection to one broker, with the versions it serves.
+struct Connection {
+    address: String,
+    stream: TcpStream,
+    /// Api key → (min, max) version the broker serves.
+    versions: HashMap<i16, (i16, i16)>,
+    correlation_id: i32,
+}
+
+impl Connection {
+    /// A connection to the first of the comma-separated `bootstrap` servers that answers.
+    async fn bootstrap(bootstrap: &str) -> anyhow::Result<Connection> {
+        let mut failures = Vec::new();
+        for address in bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            match Connection::open(address).await {
+                Ok(connection) => return Ok(connection),
+                Err(e) => failures.push(format!("{e:#}")),
+            }
+        }
+        if failures.is_empty() {
+            bail!("--bootstrap-server names no server");
+        }
+        bail!("{}", failures.join("; "))
+    }
+
+    /// Connects to `address` and asks which versions it serves.
+    async fn open(address: &str) -> anyhow::Result<Connection> {
+        let stream = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(address))
+            .await
+            .map_err(|_| anyhow::anyhow!("connecting to broker {address} timed out"))?
+            .with_context(|| format!("cannot connect to broker {address}"))?;
+        let mut connection = Connection {
+            address: address.to_owned(),
+            stream,
+            versions: HashMap::new(),
+            correlation_id: 0,
+        };
+        // Version 0: every broker serves it, and its response header is version 0 always.
+        let response: ApiVersionsResponse =
+            connection.call(0, &ApiVersionsRequest::default()).await?;
+        if let Some(e) = ResponseError::try_from_code(response.error_code) {
+            bail!("broker {address} refused ApiVersions: {e}");
+        }
+        connection.versions = response
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        Ok(connection)
+    }
+
+    /// The highest version of `R` that the broker and this tool both speak.
+    fn version<R: Request>(&self) -> anyhow::Result<i16> {
+        let name = api_name(R::KEY);
+        let Some(&(min, max)) = self.versions.get(&R::KEY) else {
+            bail!("broker {} does not support {name}", self.address);
+        };
+        let ours = <R as Message>::VERSIONS;
+        let version = max.min(ours.max);
+        if version < min.max(ours.min) {
+            bail!(
+                "broker {} serves {name} versions {min} to {max}; this tool speaks {} to {}",
+                self.address,
+                ours.min,
+                ours.max
+            );
+        }
+        Ok(version)
+    }
+
+    /// Sends `request` at `version` and reads its response.
+    async fn call<R: Request>(&mut self, version: i16, request: &R) -> anyhow::Result<R::Response> {
+        let name = api_name(R::KEY);
+        let address = self.address.clone();
+        let exchange = async {
+            self.correlation_id += 1;
+            let header = RequestHeader::default()
+                .with_request_api_key(R::KEY)
+                .with_request_api_version(version)
+                .with_correlation_id(self.correlation_id)
+                .with_client_id(Some(StrBytes::from_static_str("agent-transactions")));
+            let mut body = BytesMut::new();
+            header.encode(&mut body, R::header_version(version))?;
+            request.encode(&mut body, version)?;
+            let mut frame = BytesMut::with_capacity(body.len() + 4);
+            frame.put_u32(body.len() as u32);
+            frame.extend_from_slice(&body);
+            self.stream.write_all(&frame).await?;
+            let mut size = [0u8; 4];
+            self.stream.read_exact(&mut size).await?;
+            let mut buf = vec![0u8; u32::from_be_bytes(size) as usize];
+            self.stream.read_exact(&mut buf).await?;
+            let mut buf = Bytes::from(buf);
+            let header = ResponseHeader::decode(
+                &mut buf,
+                <R::Response as kafka_protocol::protocol::HeaderVersion>::header_version(version),
+            )?;
+            if header.correlation_id != self.correlation_id {
+                bail!(
+                    "the response has correlation id {}, not {}",
+                    header.correlation_id,
+                    self.correlation_id
+                );
+            }
+            let response = R::Response::decode(&mut buf, version)?;
+            if buf.has_remaining() {
+                bail!("{} bytes left after the response", buf.remaining());
+            }
+            Ok(response)
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(e.context(format!("{name} v{version} to broker {address} failed"))),
+            Err(_) => {
+                bail!("{name} v{version} to broker {address}: no answer within {REQUEST_TIMEOUT:?}")
+            }
+        }
+    }
+}
+
+fn api_name(key: i16) -> String {
+    ApiKey::try_from(key).map_or_else(|_| format!("API {key}"), |k| format!("{k:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser;
+    use kafka_protocol::messages::describe_transactions_response::TopicData;
+    use kafka_protocol::messages::{ProducerId, TopicName};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: TransactionsArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<TransactionsArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("transactions").chain(args.iter().copied()))
+            .map(|c| c.args)
+    }
+
+    #[test]
+    fn needs_one_action_and_an_id_to_describe() {
+        let b = ["--bootstrap-server", "127.0.0.1:9092"];
+        assert!(parse(&[b[0], b[1], "--list"]).unwrap().list);
+        let describe = parse(&[b[0], b[1], "--describe", "--transactional-id", "t1"]).unwrap();
+        assert!(describe.describe);
+        assert_eq!(describe.transactional_id.as_deref(), Some("t1"));
+        assert!(parse(&[b[0], b[1]]).is_err(), "no action");
+        assert!(parse(&[b[0], b[1], "--list", "--describe"]).is_err());
+        assert!(parse(&[b[0], b[1], "--describe"]).is_err(), "no id");
+        assert!(parse(&["--list"]).is_err(), "no bootstrap server");
+    }
+
+    #[test]
+    fn prints_tab_terminated_columns_as_kafka_transactions_sh() {
+        let mut out = Vec::new();
+        let rows = [[
+            "a-long-transactional-id".to_owned(),
+            "0".to_owned(),
+            "12".to_owned(),
+            "Ongoing".to_owned(),
+        ]];
+        print_table(&mut out, &LIST_HEADER, &rows).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "TransactionalId        \tCoordinator\tProducerId\tTransactionState\t\n\
+             a-long-transactional-id\t0          \t12        \tOngoing         \t\n"
+        );
+    }
+
+    #[test]
+    fn describes_start_time_duration_and_sorted_partitions() {
+        let state = TransactionState::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_static_str("t1")))
+            .with_transaction_state(StrBytes::from_static_str("Ongoing"))
+            .with_transaction_timeout_ms(60000)
+            .with_transaction_start_time_ms(1000)
+            .with_producer_id(ProducerId(4))
+            .with_producer_epoch(2)
+            .with_topics(vec![
+                TopicData::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("b")))
+                    .with_partitions(vec![2, 0]),
+                TopicData::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("a")))
+                    .with_partitions(vec![1]),
+            ]);
+        assert_eq!(
+            describe_row(0, &state, 1500),
+            [
+                "0",
+                "t1",
+                "4",
+                "2",
+                "Ongoing",
+                "60000",
+                "1000",
+                "500",
+                "a-1,b-0,b-2"
+            ]
+        );
+        let done = state
+            .with_transaction_state(StrBytes::from_static_str("CompleteCommit"))
+            .with_transaction_start_time_ms(-1)
+            .with_topics(vec![]);
+        assert_eq!(
+            describe_row(0, &done, 1500),
+            [
+                "0",
+                "t1",
+                "4",
+                "2",
+                "CompleteCommit",
+                "60000",
+                "None",
+                "None",
+                ""
+            ]
+        );
+    }
+
+    /// A broker stand-in serving `apis` (key, max version) with canned answers: one
+    /// transaction `t1` (producer 4, epoch 2, Ongoing on `out-0`), coordinated by node 3.
+    async fn fake_broker(apis: &'static [(ApiKey, i16)]) -> String {
+        use kafka_protocol::messages::api_versions_response::ApiVersion;
+        use kafka_protocol::messages::find_coordinator_response::Coordinator;
+        use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+        use kafka_protocol::messages::{
+            ApiVersionsResponse, BrokerId, DescribeTransactionsResponse, FindCoordinatorResponse,
+            ListTransactionsResponse, MetadataResponse, list_transactions_response,
+        };
+        use kafka_protocol::protocol::decode_request_header_from_buffer;
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    loop {
+                        let mut size = [0u8; 4];
+                        if stream.read_exact(&mut size).await.is_err() {
+                            return;
+                        }
+                        let mut buf = vec![0u8; u32::from_be_bytes(size) as usize];
+                        stream.read_exact(&mut buf).await.unwrap();
+                        let mut buf = Bytes::from(buf);
+                        let header = decode_request_header_from_buffer(&mut buf).unwrap();
+                        let key = ApiKey::try_from(header.request_api_key).unwrap();
+                        let version = header.request_api_version;
+                        let mut body = BytesMut::new();
+                        ResponseHeader::default()
+                            .with_correlation_id(header.correlation_id)
+                            .encode(&mut body, key.response_header_version(version))
+                            .unwrap();
+                        let host = StrBytes::from_static_str("127.0.0.1");
+                        let port = i32::from(address.port());
+                        match key {
+                            ApiKey::ApiVersions => ApiVersionsResponse::default()
+                                .with_api_keys(
+                                    apis.iter()
+                                        .map(|(k, max)| {
+                                            ApiVersion::default()
+                                                .with_api_key(*k as i16)
+                                                .with_max_version(*max)
+                                        })
+                                        .collect(),
+                                )
+                                .encode(&mut body, version),
+                            ApiKey::Metadata => MetadataResponse::default()
+                                .with_brokers(vec![
+                                    MetadataResponseBroker::default()
+                                        .with_node_id(BrokerId(3))
+                                        .with_host(host)
+                                        .with_port(port),
+                                ])
+                                .encode(&mut body, version),
+                            ApiKey::FindCoordinator => {
+                                let request =
+                                    FindCoordinatorRequest::decode(&mut buf, version).unwrap();
+                                assert_eq!(request.key_type, TRANSACTION_KEY);
+                                assert_eq!(request.coordinator_keys.len(), 1);
+                                FindCoordinatorResponse::default()
+                                    .with_coordinators(vec![
+                                        Coordinator::default()
+                                            .with_key(request.coordinator_keys[0].clone())
+                                            .with_node_id(BrokerId(3))
+                                            .with_host(host)
+                                            .with_port(port),
+                                    ])
+                                    .encode(&mut body, version)
+                            }
+                            ApiKey::DescribeTransactions => {
+                                let request =
+                                    DescribeTransactionsRequest::decode(&mut buf, version).unwrap();
+                                let states = request
+                                    .transactional_ids
+                                    .into_iter()
+                                    .map(|id| {
+                                        let known = id.0.as_str() == "t1";
+                                        TransactionState::default()
+                                            .with_error_code(if known { 0 } else { 105 })
+                                            .with_transactional_id(id)
+                                            .with_transaction_state(StrBytes::from_static_str(
+                                                "Ongoing",
+                                            ))
+                                            .with_transaction_timeout_ms(60000)
+                                            .with_transaction_start_time_ms(1000)
+                                            .with_producer_id(ProducerId(4))
+                                            .with_producer_epoch(2)
+                                            .with_topics(vec![
+                                                TopicData::default()
+                                                    .with_topic(TopicName(
+                                                        StrBytes::from_static_str("out"),
+                                                    ))
+                                                    .with_partitions(vec![0]),
+                                            ])
+                                    })
+                                    .collect();
+                                DescribeTransactionsResponse::default()
+                                    .with_transaction_states(states)
+                                    .encode(&mut body, version)
+                            }
+                            ApiKey::ListTransactions => ListTransactionsResponse::default()
+                                .with_transaction_states(vec![
+                                    list_transactions_response::TransactionState::default()
+                                        .with_transactional_id(TransactionalId(
+                                            StrBytes::from_static_str("t1"),
+                                        ))
+                                        .with_producer_id(ProducerId(4))
+                                        .with_transaction_state(StrBytes::from_static_str(
+                                            "Ongoing",
+                                        )),
+                                ])
+                                .encode(&mut body, version),
+                            other => panic!("unexpected {other:?}"),
+                        }
+                        .unwrap();
+                        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+                        frame.extend_from_slice(&body);
+                        stream.write_all(&frame).await.unwrap();
+                    }
+                });
+            }
+        });
+        address.to_string()
+    }
+
+    const ALL_APIS: &[(ApiKey, i16)] = &[
+        (ApiKey::ApiVersions, 3),
+        (ApiKey::Metadata, 12),
+        (ApiKey::FindCoordinator, 6),
+        (ApiKey::DescribeTransactions, 0),
+        (ApiKey::ListTransactions, 1),
+    ];
+
+    #[tokio::test]
+    async fn describes_through_the_coordinator_and_lists_every_broker() {
+        let address = fake_broker(ALL_APIS).await;
+        // The first bootstrap server is down: the second one answers.
+        let bootstrap = format!("127.0.0.1:1,{address}");
+        let row = describe(&bootstrap, "t1", || 4000).await.unwrap();
+        assert_eq!(
+            row,
+            [
+                "3", "t1", "4", "2", "Ongoing", "60000", "1000", "3000", "out-0"
+            ]
+        );
+        let rows = list(&bootstrap).await.unwrap();
+        assert_eq!(rows, [["t1", "3", "4", "Ongoing"]]);
+        let unknown = describe(&address, "nope", || 0).await.unwrap_err();
+        assert_eq!(
+            format!("{unknown:#}"),
+            format!(
+                "failed to describe transactional-id `nope`: coordinator 3 ({address}) \
+                 answered TransactionalIdNotFound"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn names_the_broker_and_the_missing_api() {
+        let address = fake_broker(&[(ApiKey::ApiVersions, 3), (ApiKey::FindCoordinator, 4)]).await;
+        let error = describe(&address, "t1", || 0).await.unwrap_err();
+        assert_eq!(
+            format!("{error:#}"),
+            format!("broker {address} does not support DescribeTransactions")
+        );
+        let error = list("127.0.0.1:1").await.unwrap_err();
+        assert!(
+            format!("{error:#}").starts_with("cannot connect to broker 127.0.0.1:1: "),
+            "{error:#}"
+        );
+    }
+}
