@@ -35,8 +35,8 @@ def new_topic():
 
 
 def produce(topic, prefix, count):
-    # kafka-python enables idempotence by default; the broker has no InitProducerId yet.
-    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, enable_idempotence=False)
+    # kafka-python enables idempotence by default (InitProducerId, sequence numbers).
+    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP)
     for i in range(count):
         producer.send(topic, key=f"{prefix}{i}".encode(), value=b"v", partition=i % PARTITIONS)
     producer.flush()
