@@ -335,3 +335,127 @@ fn kafka_channel_pipeline_delivers_every_line_exactly_once_through_kills() {
         "CRASH_SEED={seed}: lines delivered more than once"
     );
 }
+
+/// Two collectors share a consumer group on a 3-partition topic while a producer agent writes
+/// to it; they join and leave (SIGTERM) in turn, so partitions move between them several
+/// times. Clean hand-overs are exact: the union of their outputs holds every record once.
+#[test]
+fn kafka_source_group_hands_partitions_over_exactly_on_clean_stops() {
+    let total = 30_000;
+    let root = tempfile::tempdir().unwrap();
+    let address = format!("127.0.0.1:{}", free_port());
+    let broker_config = pipeline("chain/broker.yaml", &[("127.0.0.1:9092", &address)]);
+    let mut broker = Proc::start("broker", root.path().join("broker"), broker_config);
+    let producer_config = format!(
+        "\
+agent:
+  data_dir: ./state
+sources:
+  numbers:
+    type: seq
+    channels: [durable]
+    batch_size: 100
+    total_events: {total}
+channels:
+  durable:
+    type: file
+    transaction_capacity: 100
+sinks:
+  to_kafka:
+    type: kafka
+    channel: durable
+    batch_size: 100
+    bootstrap_servers: {address}
+    topic: app-logs
+    linger: 50ms
+"
+    );
+    let collector_config = pipeline(
+        "chain/collector.yaml",
+        &[
+            ("127.0.0.1:9092", &address),
+            ("roll_interval: 1m", "roll_interval: 1s"),
+        ],
+    );
+    let outputs = [
+        root.path().join("a/var/chain/out"),
+        root.path().join("b/var/chain/out"),
+    ];
+    let delivered = || outputs.iter().map(|o| finished_lines(o)).sum::<usize>();
+    let mut a = Proc::start(
+        "collector a",
+        root.path().join("a"),
+        collector_config.clone(),
+    );
+    let mut producer = Proc::start("producer", root.path().join("p"), producer_config);
+    let mut b: Option<Proc> = None;
+    // a alone; b joins; a leaves; a joins again; b leaves.
+    for step in 0..4 {
+        let before = delivered();
+        wait_until(
+            Duration::from_secs(120),
+            "progress between hand-overs",
+            || delivered() > before + 1000 || delivered() >= total,
+        );
+        match step {
+            0 | 2 => {
+                let dir = root.path().join("b");
+                if step == 0 {
+                    b = Some(Proc::start("collector b", dir, collector_config.clone()));
+                } else {
+                    a = Proc::start(
+                        "collector a",
+                        root.path().join("a"),
+                        collector_config.clone(),
+                    );
+                }
+            }
+            1 => stop(&mut a.agent, "collector a"),
+            _ => stop(&mut b.as_mut().unwrap().agent, "collector b"),
+        }
+    }
+    let mut last = (0, Instant::now());
+    wait_until(Duration::from_secs(300), "every record", || {
+        let n = delivered();
+        if n != last.0 {
+            last = (n, Instant::now());
+        }
+        n >= total || last.1.elapsed() > Duration::from_secs(30)
+    });
+    stop(&mut a.agent, "collector a");
+    stop(&mut producer.agent, "producer");
+    stop(&mut broker.agent, "broker");
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for out in &outputs {
+        for l in String::from_utf8(read_dir_concat(out)).unwrap().lines() {
+            *counts.entry(l.to_owned()).or_default() += 1;
+        }
+    }
+    let missing: Vec<usize> = (0..total)
+        .filter(|n| !counts.contains_key(&n.to_string()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} records lost, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    let repeated: Vec<&String> = counts
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|(l, _)| l)
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "{} records delivered twice, e.g. {:?}",
+        repeated.len(),
+        &repeated[..repeated.len().min(10)]
+    );
+    assert_eq!(counts.len(), total);
+}
+
+fn stop(agent: &mut Agent, name: &str) {
+    agent.signal(Signal::SIGTERM);
+    let status = agent.wait(Duration::from_secs(60));
+    assert!(status.success(), "{name}: {status:?}\n{}", agent.log());
+}
