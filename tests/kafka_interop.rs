@@ -14,7 +14,7 @@ mod harness;
 use std::process::Command;
 use std::time::Duration;
 
-use harness::{Agent, free_port, read_dir_concat, wait_until};
+use harness::{Agent, read_dir_concat, wait_until};
 
 fn required() -> bool {
     std::env::var("FERRY_REQUIRE_KCAT").is_ok_and(|v| v == "1")
@@ -37,16 +37,7 @@ fn python() -> Option<String> {
 
 /// An agent running only the bundled broker; returns it and its address.
 fn broker(dir: &std::path::Path) -> (Agent, String) {
-    std::fs::create_dir_all(dir).unwrap();
-    let port = free_port();
-    let config =
-        format!("broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n  num_partitions: 2\n");
-    let agent = Agent::start(dir, &config);
-    let bootstrap = format!("127.0.0.1:{port}");
-    wait_until(Duration::from_secs(30), "the broker to listen", || {
-        std::net::TcpStream::connect(&bootstrap).is_ok()
-    });
-    (agent, bootstrap)
+    harness::broker_agent(dir, 2)
 }
 
 #[test]

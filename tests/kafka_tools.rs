@@ -44,15 +44,7 @@ fn stdout(out: &Output) -> String {
 
 /// Starts `agent run` on a pipeline file holding only a `broker:` section.
 fn start_broker(dir: &std::path::Path) -> (Agent, String) {
-    let port = free_port();
-    let config =
-        format!("broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n  num_partitions: 2\n");
-    let agent = Agent::start(dir, &config);
-    let bootstrap = format!("127.0.0.1:{port}");
-    wait_until(Duration::from_secs(30), "the broker to listen", || {
-        std::net::TcpStream::connect(&bootstrap).is_ok()
-    });
-    (agent, bootstrap)
+    harness::broker_agent(dir, 2)
 }
 
 #[test]

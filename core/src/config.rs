@@ -182,6 +182,22 @@ impl ComponentConfig {
         ConfigError::new(self.location_of_key(key), message).in_component(self.kind, &self.name)
     }
 
+    /// Checks that option `key` has one of the `allowed` values; the error names the closest.
+    pub fn check_one_of(
+        &self,
+        key: &str,
+        value: &str,
+        allowed: &[&str],
+    ) -> Result<(), ConfigError> {
+        if allowed.contains(&value) {
+            return Ok(());
+        }
+        Err(self.error_at(
+            key,
+            unknown_name_message(key, value, allowed.iter().copied()),
+        ))
+    }
+
     /// Parses the options into the component's config struct.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         marked_yaml::from_node::<T>(&self.node).map_err(|error| {

@@ -156,24 +156,12 @@ impl KafkaSink {
         if config.topic.is_empty() {
             return Err(cfg.error_at("topic", "`topic` is empty"));
         }
-        let acks = ["0", "1", "all", "-1"];
-        if !acks.contains(&config.acks.as_str()) {
-            return Err(cfg.error_at(
-                "acks",
-                ferry_core::config::unknown_name_message("acks", &config.acks, acks),
-            ));
-        }
-        let codecs = ["none", "gzip", "snappy", "lz4", "zstd"];
-        if !codecs.contains(&config.compression.as_str()) {
-            return Err(cfg.error_at(
-                "compression",
-                ferry_core::config::unknown_name_message(
-                    "compression",
-                    &config.compression,
-                    codecs,
-                ),
-            ));
-        }
+        cfg.check_one_of("acks", &config.acks, &["0", "1", "all", "-1"])?;
+        cfg.check_one_of(
+            "compression",
+            &config.compression,
+            &["none", "gzip", "snappy", "lz4", "zstd"],
+        )?;
         let mut client = ClientConfig::new();
         client
             .set("bootstrap.servers", &config.bootstrap_servers)

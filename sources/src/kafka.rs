@@ -332,28 +332,16 @@ impl KafkaSource {
         if config.batch_size == 0 {
             return Err(cfg.error_at("batch_size", "`batch_size` must be at least 1"));
         }
-        let resets = ["earliest", "latest"];
-        if !resets.contains(&config.auto_offset_reset.as_str()) {
-            return Err(cfg.error_at(
-                "auto_offset_reset",
-                ferry_core::config::unknown_name_message(
-                    "auto_offset_reset",
-                    &config.auto_offset_reset,
-                    resets,
-                ),
-            ));
-        }
-        let levels = ["read_committed", "read_uncommitted"];
-        if !levels.contains(&config.isolation_level.as_str()) {
-            return Err(cfg.error_at(
-                "isolation_level",
-                ferry_core::config::unknown_name_message(
-                    "isolation_level",
-                    &config.isolation_level,
-                    levels,
-                ),
-            ));
-        }
+        cfg.check_one_of(
+            "auto_offset_reset",
+            &config.auto_offset_reset,
+            &["earliest", "latest"],
+        )?;
+        cfg.check_one_of(
+            "isolation_level",
+            &config.isolation_level,
+            &["read_committed", "read_uncommitted"],
+        )?;
         let mut client = ClientConfig::new();
         client
             .set("bootstrap.servers", &config.bootstrap_servers)
