@@ -548,6 +548,16 @@ mod tests {
         store: Arc<MemoryCheckpointStore>,
         n: usize,
     ) {
+        consume_with(bootstrap, channel, store, n, "topics: [logs]").await;
+    }
+
+    async fn consume_with(
+        bootstrap: &str,
+        channel: &Arc<TestChannel>,
+        store: Arc<MemoryCheckpointStore>,
+        n: usize,
+        topics: &str,
+    ) {
         let shutdown = Shutdown::new();
         let ctx = SourceContext::new(
             "kafka-in",
@@ -560,7 +570,7 @@ mod tests {
         let source = KafkaSource::build(&config(
             "kafka",
             &format!(
-                "bootstrap_servers: {bootstrap}\ntopics: [logs]\ngroup_id: g\nbatch_size: 50\nbatch_duration: 100ms"
+                "bootstrap_servers: {bootstrap}\n{topics}\ngroup_id: g\nbatch_size: 50\nbatch_duration: 100ms"
             ),
         ))
         .unwrap();
@@ -680,6 +690,39 @@ mod tests {
         .await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(fresh.events().len(), 50);
+        broker.shutdown().await;
+    }
+
+    /// Through a memory channel whose events are never delivered, nothing is durable: the
+    /// group's offsets must not move (a restart reads everything again). A regex subscribes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_a_memory_channel_group_offsets_wait_for_delivery() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = Broker::start(BrokerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().to_path_buf(),
+            num_partitions: 3,
+            group_initial_rebalance_delay_ms: 0,
+            ..BrokerConfig::default()
+        })
+        .await
+        .unwrap();
+        let bootstrap = broker.local_addr().to_string();
+        produce(&bootstrap, "logs", 0, 90).await;
+        let channel = TestChannel::volatile(100_000, 1000);
+        let store = Arc::new(MemoryCheckpointStore::default());
+        consume_with(
+            &bootstrap,
+            &channel,
+            store.clone(),
+            90,
+            "topics_regex: 'lo.s'",
+        )
+        .await;
+        assert_eq!(channel.events().len(), 90);
+        assert_eq!(store.load("kafka-in").unwrap(), None);
+        let committed = group_offsets(&bootstrap);
+        assert!(committed.values().all(|o| *o < 0), "{committed:?}");
         broker.shutdown().await;
     }
 
