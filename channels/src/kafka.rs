@@ -299,6 +299,15 @@ impl KafkaChannel {
                 }
             }
         }
+        // Every record acknowledged before the commit: its flush then has nothing to wait
+        // for (rust-rdkafka's flush loop polls in 100 ms steps).
+        for delivery in deliveries {
+            match delivery.await {
+                Ok(Ok(_)) => {}
+                Ok(Err((e, _))) => return Err(self.error("a record of the put", e)),
+                Err(_) => return Err(self.error("a record of the put", "cancelled")),
+            }
+        }
         let p = producer.clone();
         let topic = self.config.topic.clone();
         let group = match checkpoint {
@@ -320,13 +329,6 @@ impl KafkaChannel {
         })
         .await
         .map_err(|e| self.error("committing the put's transaction", e))?;
-        for delivery in deliveries {
-            match delivery.await {
-                Ok(Ok(_)) => {}
-                Ok(Err((e, _))) => return Err(self.error("a record of a committed put", e)),
-                Err(_) => return Err(self.error("a record of a committed put", "cancelled")),
-            }
-        }
         Ok(())
     }
 }
