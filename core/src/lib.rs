@@ -12,6 +12,18 @@
 //! YAML topology says, runs one task per source and per sink, and applies the delivery rule:
 //! progress is committed in the same transaction as the data, in whatever store receives it
 //! (see [`checkpoint`] and [`ack`]).
+//!
+//! A plugin crate registers its own types on the registry that already holds the built-ins
+//! and runs the agent with it (the `ferry-agent` crate; `docs/plugins.md` has the whole guide,
+//! `examples/custom-plugin/` a crate built and tested in CI):
+//!
+//! ```text
+//! fn main() -> std::process::ExitCode {
+//!     let mut registry = ferry_agent::builtin_registry();
+//!     registry.register_source("ticker", |cfg| Ok(Box::new(Ticker::build(cfg)?)));
+//!     ferry_agent::main_with(registry)
+//! }
+//! ```
 
 pub mod ack;
 pub mod channel;
