@@ -4,13 +4,13 @@
 //! plugin's name, the batch passes through unchanged, and the program is started again for the
 //! next batch.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 
 use ferry_core::{ComponentConfig, ConfigError, Event, Interceptor};
 
-use crate::{Incoming, PROTOCOL, ProcessConfig, batch_message, events_of, truncate};
+use crate::{Incoming, MAX_LINE, PROTOCOL, ProcessConfig, batch_message, events_of, truncate};
 
 /// An interceptor implemented by a program.
 pub struct ProcessInterceptor {
@@ -68,8 +68,17 @@ impl ProcessInterceptor {
         };
         let name = self.name.clone();
         std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                tracing::warn!(plugin = %name, "{line}");
+            let mut stderr = BufReader::new(stderr);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match (&mut stderr).take(16 << 10).read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let text = String::from_utf8_lossy(&line);
+                        tracing::warn!(plugin = %name, "{}", text.trim_end());
+                    }
+                }
             }
         });
         let mut running = Running {
@@ -122,11 +131,23 @@ fn exchange(process: &mut Running, message: &serde_json::Value) -> Result<Incomi
         .write_all(line.as_bytes())
         .and_then(|()| process.stdin.flush())
         .map_err(|e| format!("cannot write to it: {e}"))?;
-    let mut answer = String::new();
-    match process.stdout.read_line(&mut answer) {
+    let mut answer = Vec::new();
+    let limit = MAX_LINE as u64 + 1;
+    match (&mut process.stdout)
+        .take(limit)
+        .read_until(b'\n', &mut answer)
+    {
         Ok(0) => Err("it exited".into()),
-        Ok(_) => serde_json::from_str(answer.trim_end())
-            .map_err(|e| format!("malformed line ({e}): {}", truncate(answer.trim_end()))),
+        Ok(_) if !answer.ends_with(b"\n") => Err(format!(
+            "a line longer than {MAX_LINE} bytes or cut short: {}",
+            truncate(&String::from_utf8_lossy(&answer[..answer.len().min(500)]))
+        )),
+        Ok(_) => serde_json::from_slice(&answer).map_err(|e| {
+            format!(
+                "malformed line ({e}): {}",
+                truncate(String::from_utf8_lossy(&answer).trim_end())
+            )
+        }),
         Err(e) => Err(format!("cannot read from it: {e}")),
     }
 }

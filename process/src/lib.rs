@@ -32,7 +32,8 @@ use std::time::Duration;
 use base64::Engine;
 use ferry_core::{ComponentConfig, ConfigError, Event, Registry};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 pub use interceptor::ProcessInterceptor;
@@ -41,6 +42,9 @@ pub use source::ProcessSource;
 
 /// The protocol version this agent speaks.
 pub const PROTOCOL: u32 = 1;
+
+/// Longest line read from a program (a batch of 1000 events of 1 KB is about 1 MB).
+pub(crate) const MAX_LINE: usize = 64 << 20;
 
 /// Registers `process` as a source, a sink and an interceptor type.
 pub fn register(registry: &mut Registry) {
@@ -202,7 +206,7 @@ pub(crate) struct Plugin {
     name: String,
     child: Child,
     stdin: ChildStdin,
-    stdout: Lines<BufReader<ChildStdout>>,
+    stdout: LineReader<ChildStdout>,
     timeout: Duration,
 }
 
@@ -237,9 +241,17 @@ impl Plugin {
         };
         let plugin_name = name.to_owned();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::warn!(plugin = %plugin_name, "{line}");
+            let mut lines = LineReader::new(stderr, 16 << 10);
+            loop {
+                match lines.next_line().await {
+                    Ok(Line::Complete(line)) => {
+                        tracing::warn!(plugin = %plugin_name, "{}", String::from_utf8_lossy(&line));
+                    }
+                    Ok(Line::TooLong(start)) => {
+                        tracing::warn!(plugin = %plugin_name, "{}... (line cut)", String::from_utf8_lossy(&start));
+                    }
+                    Ok(Line::End) | Err(_) => break,
+                }
             }
         });
         tracing::info!(plugin = %name, pid = child.id(), command = ?config.command, "plugin started");
@@ -247,7 +259,7 @@ impl Plugin {
             name: name.to_owned(),
             child,
             stdin,
-            stdout: BufReader::new(stdout).lines(),
+            stdout: LineReader::new(stdout, MAX_LINE),
             timeout: config.timeout,
         };
         let hello = serde_json::json!({
@@ -306,7 +318,7 @@ impl Plugin {
         timeout: Option<Duration>,
     ) -> Result<Incoming, PluginError> {
         let next = self.stdout.next_line();
-        let line = match timeout {
+        let read = match timeout {
             Some(timeout) => match tokio::time::timeout(timeout, next).await {
                 Ok(line) => line,
                 Err(_) => {
@@ -318,9 +330,16 @@ impl Plugin {
             },
             None => next.await,
         };
-        let line = match line {
-            Ok(Some(line)) => line,
-            Ok(None) | Err(_) => {
+        let line = match read {
+            Ok(Line::Complete(line)) => line,
+            Ok(Line::TooLong(start)) => {
+                return Err(PluginError::Malformed {
+                    name: self.name.clone(),
+                    reason: format!("a line longer than {MAX_LINE} bytes"),
+                    line: truncate(&String::from_utf8_lossy(&start)),
+                });
+            }
+            Ok(Line::End) | Err(_) => {
                 let (status, success) =
                     match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
                         Ok(Ok(status)) => (status.to_string(), status.success()),
@@ -333,10 +352,10 @@ impl Plugin {
                 });
             }
         };
-        serde_json::from_str(&line).map_err(|e| PluginError::Malformed {
+        serde_json::from_slice(&line).map_err(|e| PluginError::Malformed {
             name: self.name.clone(),
             reason: e.to_string(),
-            line: truncate(&line),
+            line: truncate(&String::from_utf8_lossy(&line)),
         })
     }
 
@@ -361,6 +380,69 @@ impl Plugin {
             _ => {
                 tracing::warn!(plugin = %self.name, "plugin did not stop in time; killing it");
                 let _ = self.child.kill().await;
+            }
+        }
+    }
+}
+
+/// What [`LineReader::next_line`] read.
+enum Line {
+    /// A whole line, without its newline.
+    Complete(Vec<u8>),
+    /// A line over [`MAX_LINE`]: its first bytes; the rest of it is skipped.
+    TooLong(Vec<u8>),
+    /// The program closed its output.
+    End,
+}
+
+/// Reads a program's output a line at a time, with a bound on the line length so that a
+/// program writing without newlines cannot exhaust the agent's memory. Cancel-safe: a partly
+/// read line is kept for the next call.
+struct LineReader<R> {
+    inner: BufReader<R>,
+    max: usize,
+    partial: Vec<u8>,
+    /// Skipping the rest of a line that was too long.
+    skipping: bool,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> LineReader<R> {
+    fn new(output: R, max: usize) -> Self {
+        Self {
+            inner: BufReader::new(output),
+            max,
+            partial: Vec::new(),
+            skipping: false,
+        }
+    }
+
+    async fn next_line(&mut self) -> std::io::Result<Line> {
+        loop {
+            let buf = self.inner.fill_buf().await?;
+            if buf.is_empty() {
+                return Ok(Line::End);
+            }
+            let (chunk, newline) = match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => (&buf[..i], true),
+                None => (buf, false),
+            };
+            let used = chunk.len() + usize::from(newline);
+            if !self.skipping {
+                self.partial.extend_from_slice(chunk);
+            }
+            self.inner.consume(used);
+            if !self.skipping && self.partial.len() > self.max {
+                // The rest of the line, if any is still to come, is skipped.
+                self.skipping = !newline;
+                let mut start = std::mem::take(&mut self.partial);
+                start.truncate(500);
+                return Ok(Line::TooLong(start));
+            }
+            if newline {
+                if std::mem::take(&mut self.skipping) {
+                    continue;
+                }
+                return Ok(Line::Complete(std::mem::take(&mut self.partial)));
             }
         }
     }
@@ -419,5 +501,36 @@ mod tests {
             serde_json::from_str::<Incoming>(r#"{"type":"ack","id":3}"#),
             Ok(Incoming::Ack { id: 3 })
         ));
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_are_split_and_an_endless_one_is_cut_and_skipped() {
+        let mut input = Vec::new();
+        input.extend_from_slice(b"first\n");
+        input.extend(std::iter::repeat_n(b'x', 100));
+        input.extend_from_slice(b"\nsecond\nlast without newline");
+        let mut reader = LineReader::new(&input[..], 50);
+        assert!(matches!(reader.next_line().await.unwrap(), Line::Complete(l) if l == b"first"));
+        assert!(
+            matches!(reader.next_line().await.unwrap(), Line::TooLong(start) if start.len() <= 500)
+        );
+        assert!(matches!(reader.next_line().await.unwrap(), Line::Complete(l) if l == b"second"));
+        assert!(matches!(reader.next_line().await.unwrap(), Line::End));
+
+        // Longer than the reader's buffer: cut once, the rest skipped up to its newline.
+        let mut input: Vec<u8> = std::iter::repeat_n(b'y', 100_000).collect();
+        input.extend_from_slice(b"\n{}\n");
+        let mut reader = LineReader::new(&input[..], 50);
+        assert!(matches!(
+            reader.next_line().await.unwrap(),
+            Line::TooLong(_)
+        ));
+        assert!(matches!(reader.next_line().await.unwrap(), Line::Complete(l) if l == b"{}"));
+        assert!(matches!(reader.next_line().await.unwrap(), Line::End));
     }
 }
