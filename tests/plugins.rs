@@ -270,3 +270,238 @@ sinks:
     assert_eq!(lines.len(), 90);
     assert!(!lines.iter().any(|l| l.ends_with('7')));
 }
+
+/// A small Python program written to `dir/name`.
+fn program(dir: &Path, name: &str, code: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, code).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_sink_program_that_stops_reading_times_out_and_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    // The first instance answers the hello, then never reads again: the agent's write of a
+    // 200 KB batch fills the pipe. Later instances behave like the example sink.
+    let flaky = program(
+        dir.path(),
+        "stuck.py",
+        &format!(
+            r#"
+import json, os, sys, time
+sys.argv = ["sink.py"]
+if not os.path.exists("stuck-once"):
+    open("stuck-once", "w").close()
+    sys.stdin.readline()
+    print(json.dumps({{"type": "hello", "protocol": 1}}), flush=True)
+    time.sleep(3600)
+exec(open({sink:?}).read())
+"#,
+            sink = example("sink.py")
+        ),
+    );
+    let config = format!(
+        "\
+agent:
+  data_dir: ./state
+sources:
+  big:
+    type: exec
+    command: python3 -c \"print('x' * 200000)\"
+    channels: [durable]
+channels:
+  durable:
+    type: file
+sinks:
+  out:
+    type: process
+    channel: durable
+    command: [python3, {flaky}]
+    config: {{ path: ./out.txt }}
+    timeout: 1s
+"
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    wait_until(Duration::from_secs(60), "the line in the output", || {
+        std::fs::read_to_string(dir.path().join("out.txt")).is_ok_and(|t| t.len() > 200_000)
+    });
+    assert!(
+        agent.log().contains("did not answer within 1s"),
+        "{}",
+        agent.log()
+    );
+    agent.signal(Signal::SIGTERM);
+    assert!(agent.wait(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn a_hung_interceptor_is_timed_out_and_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let hung = program(
+        dir.path(),
+        "tagger.py",
+        r#"
+import json, os, sys, time
+first = not os.path.exists("hung-once")
+open("hung-once", "w").close()
+sys.stdin.readline()
+print(json.dumps({"type": "hello", "protocol": 1}), flush=True)
+if first:
+    time.sleep(3600)
+for line in sys.stdin:
+    m = json.loads(line)
+    events = [dict(e, headers=dict(e.get("headers", {}), tagged="yes")) for e in m["events"]]
+    print(json.dumps({"type": "batch", "id": m["id"], "events": events}), flush=True)
+"#,
+    );
+    let config = format!(
+        "\
+sources:
+  numbers:
+    type: seq
+    channels: [mem]
+    batch_size: 10
+    total_events: 2000
+    interceptors:
+      - {{ type: process, command: [python3, {hung}], timeout: 1s }}
+channels:
+  mem:
+    type: memory
+sinks:
+  files:
+    type: file_roll
+    channel: mem
+    directory: ./out
+    serializer: header_and_text
+"
+    );
+    let agent = run_to_end(dir.path(), &config);
+    let text = String::from_utf8(read_dir_concat(&dir.path().join("out"))).unwrap();
+    assert_eq!(text.lines().count(), 2000);
+    assert!(
+        text.lines().any(|l| l.contains("tagged=yes")),
+        "never restarted"
+    );
+    assert!(
+        agent.log().contains("no answer within 1s"),
+        "{}",
+        agent.log()
+    );
+}
+
+#[test]
+fn a_sink_that_cannot_start_does_not_keep_a_durable_agent_from_stopping() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "\
+agent:
+  data_dir: ./state
+sources:
+  numbers:
+    type: seq
+    channels: [durable]
+    total_events: 10
+channels:
+  durable:
+    type: file
+sinks:
+  out:
+    type: process
+    channel: durable
+    command: [/nonexistent/plugin]
+";
+    let mut agent = Agent::start(dir.path(), config);
+    let status = agent.wait(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}\n{}", agent.log());
+    let log = agent.log();
+    assert!(
+        log.contains("cannot start [\"/nonexistent/plugin\"]"),
+        "{log}"
+    );
+    assert!(log.contains("keeps the rest for the next run"), "{log}");
+}
+
+#[test]
+fn a_source_program_that_exits_without_reading_acks_has_every_batch_committed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let eager = program(
+        dir.path(),
+        "eager.py",
+        r#"
+import json, sys
+sys.stdin.readline()
+print(json.dumps({"type": "hello", "protocol": 1}))
+for b in range(200):
+    events = [{"body": f"{b}-{i}"} for i in range(5)]
+    print(json.dumps({"type": "batch", "id": b + 1, "events": events}))
+sys.stdout.flush()
+"#,
+    );
+    let config = format!(
+        "\
+agent:
+  data_dir: ./state
+sources:
+  eager:
+    type: process
+    command: [python3, {eager}]
+    batch_size: 5
+    channels: [durable]
+channels:
+  durable:
+    type: file
+sinks:
+  files:
+    type: file_roll
+    channel: durable
+    directory: ./out
+"
+    );
+    let agent = run_to_end(dir.path(), &config);
+    let text = String::from_utf8(read_dir_concat(&dir.path().join("out"))).unwrap();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for line in text.lines() {
+        *seen.entry(line).or_default() += 1;
+    }
+    assert_eq!(seen.len(), 1000, "{}", agent.log());
+    assert!(seen.values().all(|c| *c == 1));
+}
+
+#[test]
+fn with_a_memory_channel_a_source_program_hears_when_its_checkpoint_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let waiting = program(
+        dir.path(),
+        "waiting.py",
+        r#"
+import json, sys
+sys.stdin.readline()
+print(json.dumps({"type": "hello", "protocol": 1}), flush=True)
+for b in range(3):
+    print(json.dumps({"type": "batch", "id": b + 1, "events": [{"body": str(b)}], "checkpoint": str(b + 1)}), flush=True)
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["type"] == "durable" and m["checkpoint"] == "3":
+        open("durable-3", "w").close()
+        break
+"#,
+    );
+    let config = format!(
+        "\
+sources:
+  waiting:
+    type: process
+    command: [python3, {waiting}]
+    channels: [mem]
+channels:
+  mem:
+    type: memory
+sinks:
+  files:
+    type: file_roll
+    channel: mem
+    directory: ./out
+"
+    );
+    run_to_end(dir.path(), &config);
+    assert!(dir.path().join("durable-3").exists());
+}

@@ -25,6 +25,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(500);
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest wait between retries (Flume's sink runner backs off up to 5 s).
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// While the agent stops, how long a sink may keep failing before it gives up on a durable
+/// channel (whose events wait for the next run).
+const DRAIN_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs `topology` until `stop` fires (or every source ends, when there is no broker), then
 /// drains and returns.
@@ -147,6 +150,7 @@ async fn run_source(spec: SourceSpec, stop: Shutdown, store: Arc<dyn CheckpointS
                 continue;
             }
         };
+        let started = tokio::time::Instant::now();
         match source.run(ctx).await {
             Ok(()) => {
                 info!(source = %name, "source finished");
@@ -155,6 +159,10 @@ async fn run_source(spec: SourceSpec, stop: Shutdown, store: Arc<dyn CheckpointS
             Err(e) => {
                 error!(source = %name, error = %e, "source failed; restarting after backoff");
             }
+        }
+        // A source that ran a good while before failing starts over with a short backoff.
+        if started.elapsed() > MAX_BACKOFF * 12 {
+            backoff = MIN_BACKOFF;
         }
         if backoff_or_stop(&mut backoff, &stop).await {
             return;
@@ -207,10 +215,19 @@ async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
     let counters = SinkCounters::new(&ctx.metrics);
     let mut backoff = MIN_BACKOFF;
     while let Err(e) = sink.start(&ctx).await {
+        if drain.is_triggered() {
+            // Nothing was taken: what the channel holds stays there (in a durable channel,
+            // for the next run).
+            error!(sink = %name, error = %e, "sink cannot start; giving up, the agent is stopping");
+            return;
+        }
         error!(sink = %name, error = %e, "sink cannot start; retrying");
-        back_off(&mut backoff).await;
+        if backoff_or_stop(&mut backoff, &drain).await {
+            continue;
+        }
     }
     backoff = MIN_BACKOFF;
+    let mut failing_since: Option<tokio::time::Instant> = None;
     loop {
         if drain.is_triggered() && channel.is_empty() {
             break;
@@ -253,6 +270,7 @@ async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
                     continue;
                 }
                 counters.drain_successes.add(n as u64);
+                failing_since = None;
                 if n == batch_size {
                     counters.batches_complete.inc();
                 } else {
@@ -265,6 +283,15 @@ async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
                 error!(sink = %name, error = %e, events = n, "delivery failed; rolling back and retrying");
                 if let Err(e) = take.rollback().await {
                     error!(sink = %name, error = %e, "cannot roll back take");
+                }
+                if drain.is_triggered() && channel.is_durable() {
+                    let failing = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                    if failing.elapsed() >= DRAIN_GRACE {
+                        // The events are safe in the channel for the next run; waiting on a
+                        // dead destination would keep the agent from stopping.
+                        warn!(sink = %name, "the sink keeps failing while the agent stops; its durable channel keeps the rest for the next run");
+                        break;
+                    }
                 }
                 back_off(&mut backoff).await;
             }

@@ -115,6 +115,8 @@ pub struct KafkaChannel {
     checkpoint_prefix: String,
     /// A consumer of each source's checkpoint group, for its group metadata.
     checkpoint_groups: std::sync::Mutex<BTreeMap<String, Arc<BaseConsumer>>>,
+    /// Whether the topic has one partition (seen at start): takes then carry sequences.
+    one_partition: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for KafkaChannel {
@@ -145,6 +147,7 @@ impl KafkaChannel {
             return Err(cfg.error_at("partitions", "`partitions` must be at least 1"));
         }
         let host = ferry_core::host_name();
+        let one_partition = config.partitions == 1;
         let mut producer_config = ClientConfig::new();
         producer_config
             .set("bootstrap.servers", &config.bootstrap_servers)
@@ -174,6 +177,7 @@ impl KafkaChannel {
             consumer: Arc::new(Mutex::new(None)),
             checkpoint_prefix: format!("ferry-{host}-"),
             checkpoint_groups: std::sync::Mutex::new(BTreeMap::new()),
+            one_partition: std::sync::atomic::AtomicBool::new(one_partition),
         })
     }
 
@@ -192,6 +196,18 @@ impl KafkaChannel {
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed")
             .create()
+    }
+
+    /// A consumer of the channel's topic in `group_id`, starting at the committed offsets.
+    fn new_consumer(&self) -> Result<StreamConsumer, ChannelError> {
+        let consumer: StreamConsumer = self
+            .consumer_config
+            .create()
+            .map_err(|e| self.error("creating the consumer", e))?;
+        consumer
+            .subscribe(&[&self.config.topic])
+            .map_err(|e| self.error("subscribing to the channel's topic", e))?;
+        Ok(consumer)
     }
 
     /// The (cached) consumer of `source`'s checkpoint group.
@@ -404,13 +420,26 @@ impl Channel for KafkaChannel {
                 tracing::warn!(channel = %self.name, error = %e, "cannot check the channel's topic")
             }
         }
-        let consumer: StreamConsumer = self
-            .consumer_config
-            .create()
-            .map_err(|e| self.error("creating the consumer", e))?;
-        consumer
-            .subscribe(&[&self.config.topic])
-            .map_err(|e| self.error("subscribing to the channel's topic", e))?;
+        let consumer = self.new_consumer()?;
+        // Takes carry sequence numbers only from a one-partition topic, whatever `partitions`
+        // says (the topic may have existed before).
+        let topic = self.config.topic.clone();
+        match ferry_core::blocking(|| consumer.fetch_metadata(Some(&topic), CALL_TIMEOUT)) {
+            Ok(metadata) => {
+                let n = metadata
+                    .topics()
+                    .first()
+                    .map_or(0, |t| t.partitions().len());
+                self.one_partition
+                    .store(n == 1, std::sync::atomic::Ordering::Relaxed);
+                if n > 1 {
+                    tracing::warn!(channel = %self.name, topic = %topic, partitions = n, "the channel's topic has several partitions: takes carry no sequence numbers, so exactly-once sinks cannot run behind it");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(channel = %self.name, error = %e, "cannot read the topic's partitions")
+            }
+        }
         *self.consumer.lock().await = Some(consumer);
         // Initialising the producer now fences an instance killed mid-put and aborts its
         // transaction, whose staged checkpoint would otherwise keep the sources' checkpoint
@@ -444,8 +473,12 @@ impl Channel for KafkaChannel {
         wait: Duration,
     ) -> Result<Box<dyn TakeTransaction>, ChannelError> {
         let mut guard = Arc::clone(&self.consumer).lock_owned().await;
+        if guard.is_none() {
+            // Never started, or dropped after a failed rollback.
+            *guard = Some(self.new_consumer()?);
+        }
         let Some(consumer) = guard.as_ref() else {
-            return Err(self.error("take", "the channel is not started"));
+            return Err(self.error("take", "no consumer"));
         };
         let mut events = Vec::new();
         let mut offsets: Vec<(i32, i64)> = Vec::new();
@@ -457,6 +490,12 @@ impl Channel for KafkaChannel {
             };
             let message = match message {
                 Ok(message) => message,
+                // What was read is returned as the take (the consumer's position is past it);
+                // the error comes back with the next take if it lasts.
+                Err(e) if !events.is_empty() => {
+                    tracing::warn!(channel = %self.name, error = %e, "kafka consumer error; the take ends here");
+                    break;
+                }
                 Err(e) => {
                     drop(guard);
                     return Err(self.error("reading the channel's topic", e));
@@ -483,7 +522,10 @@ impl Channel for KafkaChannel {
                 deadline = tokio::time::Instant::now() + self.config.poll_timeout;
             }
         }
-        let sequences = (self.config.partitions == 1 && offsets.iter().all(|(p, _)| *p == 0))
+        let one_partition = self
+            .one_partition
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let sequences = (one_partition && offsets.iter().all(|(p, _)| *p == 0))
             .then(|| offsets.iter().map(|(_, o)| *o as u64).collect());
         if events.is_empty() {
             drop(guard);
@@ -525,14 +567,13 @@ impl Channel for KafkaChannel {
         usize::MAX
     }
 
+    fn keeps_checkpoints(&self) -> bool {
+        true
+    }
+
     fn load_checkpoint(&self, source: &str) -> Result<Option<Checkpoint>, ChannelError> {
         // A network round trip: let the async runtime move its other tasks elsewhere.
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(|| self.read_checkpoint(source))
-            }
-            _ => self.read_checkpoint(source),
-        }
+        ferry_core::blocking(|| self.read_checkpoint(source))
     }
 }
 
@@ -615,27 +656,33 @@ impl TakeTransaction for KafkaTake {
             tpl.add_partition_offset(&self.topic, partition, Offset::Offset(last + 1))
                 .map_err(|e| self.error("committing a take", e))?;
         }
-        consumer
-            .commit(&tpl, CommitMode::Sync)
+        // Blocking calls: the bundled broker may run on the same async runtime.
+        ferry_core::blocking(|| consumer.commit(&tpl, CommitMode::Sync))
             .map_err(|e| self.error("committing a take", e))
     }
 
     async fn rollback(mut self: Box<Self>) -> Result<(), ChannelError> {
-        let Some(guard) = self.guard.take() else {
+        let Some(mut guard) = self.guard.take() else {
             return Ok(());
         };
         let Some(consumer) = guard.as_ref() else {
             return Ok(());
         };
         for (partition, (first, _)) in self.ranges() {
-            consumer
-                .seek(
+            let sought = ferry_core::blocking(|| {
+                consumer.seek(
                     &self.topic,
                     partition,
                     Offset::Offset(first),
                     Duration::from_secs(10),
                 )
-                .map_err(|e| self.error("rolling a take back", e))?;
+            });
+            if let Err(e) = sought {
+                // Its position is past events that were not delivered: a new consumer starts
+                // again from the group's committed offsets.
+                *guard = None;
+                return Err(self.error("rolling a take back (the consumer is recreated)", e));
+            }
         }
         Ok(())
     }

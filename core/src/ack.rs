@@ -141,7 +141,7 @@ impl AckTracker {
     /// every batch is delivered. A batch that could not be put never completes, so it holds the
     /// checkpoint back and is read again after a restart.
     fn complete(&self, batch: u64) {
-        let to_save = {
+        let (to_save, mut saved) = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(entry) = state.pending.get_mut(&batch) {
                 entry.1 = true;
@@ -156,11 +156,12 @@ impl AckTracker {
                     latest = checkpoint;
                 }
             }
-            latest
+            // Taken before the state lock is released: a later completion computes a newer
+            // checkpoint only after this one holds the save lock, so saves land in order.
+            let saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+            (latest, saved)
         };
         if let Some(checkpoint) = to_save {
-            // Saved under the lock, so a slower save of an older checkpoint never lands last.
-            let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
             match self.store.save(&self.source, &checkpoint) {
                 Ok(()) => *saved = Some(checkpoint),
                 Err(error) => {

@@ -108,6 +108,12 @@ pub trait Channel: Send + Sync + 'static {
     fn load_checkpoint(&self, _source: &str) -> Result<Option<Checkpoint>, ChannelError> {
         Ok(None)
     }
+    /// Whether this durable channel keeps checkpoints itself ([`Self::load_checkpoint`]).
+    /// The agent then also saves each committed checkpoint to its state store, the fallback
+    /// when the channel's copy is gone (Kafka expires offsets of idle groups).
+    fn keeps_checkpoints(&self) -> bool {
+        false
+    }
 }
 
 /// Events taken from a channel, to be committed after delivery or rolled back.

@@ -63,3 +63,13 @@ pub fn host_name() -> String {
         .find(|name| !name.is_empty())
         .unwrap_or_else(|| "localhost".into())
 }
+
+/// Runs `f`, a call that blocks (a synchronous client library waiting on the network), from
+/// async code: on a multi-threaded runtime the worker hands its other tasks to another thread
+/// first, so they (the bundled broker, say) keep running while `f` waits.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}

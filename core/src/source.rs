@@ -83,6 +83,8 @@ struct Inner {
     resume: Option<Checkpoint>,
     /// Without a tracker: the checkpoint of the last batch every channel committed.
     committed: std::sync::Mutex<Option<Checkpoint>>,
+    /// Where checkpoints are kept when no channel keeps them.
+    store: Arc<dyn CheckpointStore>,
     /// Present when at least one channel is not durable: checkpoints then wait for delivery.
     tracker: Option<Arc<AckTracker>>,
     metrics: ComponentMetrics,
@@ -110,13 +112,15 @@ impl SourceContext {
         store: Arc<dyn CheckpointStore>,
     ) -> Result<Self, CheckpointStoreError> {
         let name = name.into();
-        // The checkpoint rides with the last durable channel's puts; a channel that keeps it
-        // itself has the newest one.
+        // The checkpoint rides with the last durable channel's puts (unless a memory channel
+        // makes checkpoints go through acknowledgements to the store); a channel that keeps
+        // it itself has the newest one.
+        let all_durable = channels.iter().all(|c| c.is_durable());
         let from_channel = match channels.iter().rev().find(|c| c.is_durable()) {
-            Some(channel) => channel
+            Some(channel) if all_durable => channel
                 .load_checkpoint(&name)
                 .map_err(|e| CheckpointStoreError(e.to_string()))?,
-            None => None,
+            _ => None,
         };
         let resume = match from_channel {
             Some(checkpoint) => Some(checkpoint),
@@ -125,7 +129,7 @@ impl SourceContext {
         let tracker = channels
             .iter()
             .any(|c| !c.is_durable())
-            .then(|| AckTracker::new(name.clone(), store));
+            .then(|| AckTracker::new(name.clone(), Arc::clone(&store)));
         let metrics = ComponentMetrics::new("source", name.clone());
         Ok(Self(Arc::new(Inner {
             received: metrics.counter("EventReceivedCount"),
@@ -137,6 +141,7 @@ impl SourceContext {
             interceptors,
             shutdown,
             committed: std::sync::Mutex::new(resume.clone()),
+            store: Arc::clone(&store),
             resume,
             tracker,
             metrics,
@@ -270,6 +275,12 @@ impl SourceContext {
             }
         }
         if let Some(checkpoint) = durable_checkpoint {
+            // A channel that keeps checkpoints itself may lose them (Kafka expires idle
+            // groups' offsets): the store keeps a copy to fall back on.
+            let keeper = last_durable.is_some_and(|i| inner.channels[i].keeps_checkpoints());
+            if keeper && let Err(e) = inner.store.save(&inner.name, &checkpoint) {
+                tracing::warn!(source = %inner.name, error = %e, "cannot keep a copy of the checkpoint in the state store");
+            }
             *inner.committed.lock().unwrap_or_else(|e| e.into_inner()) = Some(checkpoint);
         }
         inner.accepted.add(n as u64);

@@ -71,7 +71,8 @@ pub struct ProcessConfig {
     /// How long the program may take to answer the hello or a batch. Default `30s`.
     #[serde(default = "default_timeout", with = "ferry_core::config::duration")]
     pub timeout: Duration,
-    /// Source only: most events per batch the program may send. Default `1000`.
+    /// Source only: most events per batch the program may send. Default `100` (the memory
+    /// channel's default `transaction_capacity`).
     #[serde(default = "default_batch_size")]
     pub batch_size: usize,
 }
@@ -80,7 +81,7 @@ fn default_timeout() -> Duration {
     Duration::from_secs(30)
 }
 fn default_batch_size() -> usize {
-    1000
+    100
 }
 
 impl ProcessConfig {
@@ -224,6 +225,9 @@ impl Plugin {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Its own process group: a Ctrl-C in the agent's terminal reaches the agent, which
+            // stops the program in order, rather than the program at once.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(|source| PluginError::Spawn {
@@ -262,15 +266,17 @@ impl Plugin {
             stdout: LineReader::new(stdout, MAX_LINE),
             timeout: config.timeout,
         };
-        let hello = serde_json::json!({
+        let mut hello = serde_json::json!({
             "type": "hello",
             "protocol": PROTOCOL,
             "role": role,
             "name": name,
             "config": config.config.clone().unwrap_or(serde_json::Value::Null),
-            "checkpoint": checkpoint,
-            "batch_size": config.batch_size,
         });
+        if role == "source" {
+            hello["checkpoint"] = serde_json::json!(checkpoint);
+            hello["batch_size"] = serde_json::json!(config.batch_size);
+        }
         plugin.send(&hello).await?;
         match plugin.receive(Some(plugin.timeout)).await? {
             Incoming::Hello { protocol } if protocol == PROTOCOL => Ok(plugin),
@@ -373,7 +379,9 @@ impl Plugin {
 
     /// Asks the program to stop (closing its input), then kills it after `grace`.
     pub(crate) async fn stop(mut self, grace: Duration) {
-        let _ = self.send(&serde_json::json!({ "type": "stop" })).await;
+        // A program that stopped reading must not block this write.
+        let stop = serde_json::json!({ "type": "stop" });
+        let _ = tokio::time::timeout(grace, self.send(&stop)).await;
         drop(self.stdin);
         match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(Ok(status)) => tracing::info!(plugin = %self.name, %status, "plugin stopped"),

@@ -45,7 +45,18 @@ impl ProcessSink {
         };
         self.next_id += 1;
         let id = self.next_id;
-        plugin.send(&batch_message(id, batch.events)).await?;
+        // The write has the same deadline as the answer: a program that stops reading its input
+        // must not block the agent once the pipe is full.
+        let timeout = self.config.timeout;
+        match tokio::time::timeout(timeout, plugin.send(&batch_message(id, batch.events))).await {
+            Ok(sent) => sent?,
+            Err(_) => {
+                return Err(PluginError::Timeout {
+                    name: self.name.clone(),
+                    timeout,
+                });
+            }
+        }
         match plugin.receive(Some(self.config.timeout)).await? {
             Incoming::Ack { id: acked } if acked == id => Ok(()),
             Incoming::Error {
@@ -66,10 +77,8 @@ impl ProcessSink {
 #[async_trait]
 impl Sink for ProcessSink {
     async fn start(&mut self, _ctx: &SinkContext) -> Result<(), SinkError> {
-        let plugin = Plugin::start(&self.name, "sink", &self.config, None)
-            .await
-            .map_err(|e| SinkError::Delivery(e.to_string()))?;
-        self.plugin = Some(plugin);
+        // The program starts with the first batch, so a program that cannot start is retried
+        // like a failed delivery (and never holds up a shutdown).
         Ok(())
     }
 

@@ -52,13 +52,30 @@ impl Source for ProcessSource {
         let checkpoint = ctx
             .checkpoint()
             .map(|c| String::from_utf8_lossy(c.as_bytes()).into_owned());
-        let mut plugin = Plugin::start(&self.name, "source", &self.config, checkpoint)
-            .await
-            .map_err(|e| SourceError::Other(e.to_string()))?;
         let shutdown = ctx.shutdown().clone();
+        let mut plugin = tokio::select! {
+            started = Plugin::start(&self.name, "source", &self.config, checkpoint) => {
+                started.map_err(|e| SourceError::Other(e.to_string()))?
+            }
+            _ = shutdown.wait() => return Ok(()),
+        };
+        // With a memory channel an ack means "in the channel"; the program also hears when a
+        // checkpoint becomes durable (its events delivered by the sinks).
+        let volatile = ctx.channels().iter().any(|c| !c.is_durable());
+        let mut durable = ctx.durable_checkpoint();
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut replies = Replies {
+            closed: false,
+            source: &self.name,
+        };
         loop {
             let message = tokio::select! {
                 message = plugin.receive(None) => message,
+                _ = tick.tick(), if volatile => {
+                    replies.durable(&mut plugin, &ctx, &mut durable).await;
+                    continue;
+                }
                 _ = shutdown.wait() => {
                     plugin.stop(Duration::from_secs(5)).await;
                     return Ok(());
@@ -71,7 +88,10 @@ impl Source for ProcessSource {
                     checkpoint,
                 }) => (id, events, checkpoint),
                 Ok(other) => {
-                    tracing::error!(source = %self.name, message = ?other, "process plugin sent something other than a batch; ignored");
+                    let message = format!("expected a batch, got {other:?}");
+                    tracing::error!(source = %self.name, "process plugin: {message}; ignored");
+                    let reply = serde_json::json!({ "type": "error", "message": message });
+                    replies.send(&mut plugin, &reply).await;
                     continue;
                 }
                 Err(error @ PluginError::Malformed { .. }) => {
@@ -80,10 +100,7 @@ impl Source for ProcessSource {
                     tracing::error!(source = %self.name, %error, "batch not committed");
                     let reply =
                         serde_json::json!({ "type": "error", "message": error.to_string() });
-                    plugin
-                        .send(&reply)
-                        .await
-                        .map_err(|e| SourceError::Other(e.to_string()))?;
+                    replies.send(&mut plugin, &reply).await;
                     continue;
                 }
                 Err(PluginError::Exited { success: true, .. }) => {
@@ -99,10 +116,7 @@ impl Source for ProcessSource {
                     self.config.batch_size
                 );
                 tracing::error!(source = %self.name, "{message}; not committed");
-                plugin
-                    .send(&answer(id, Some(message)))
-                    .await
-                    .map_err(|e| SourceError::Other(e.to_string()))?;
+                replies.send(&mut plugin, &answer(id, Some(message))).await;
                 continue;
             }
             let result = match events_of(plugin.name(), events) {
@@ -115,10 +129,49 @@ impl Source for ProcessSource {
             if let Err(message) = &result {
                 tracing::error!(source = %self.name, id, error = %message, "batch not committed");
             }
-            plugin
-                .send(&answer(id, result.err()))
-                .await
-                .map_err(|e| SourceError::Other(e.to_string()))?;
+            replies.send(&mut plugin, &answer(id, result.err())).await;
+            if volatile {
+                replies.durable(&mut plugin, &ctx, &mut durable).await;
+            }
         }
+    }
+}
+
+/// Answers to the program. Once a write fails (it exited, or closed its input) nothing more
+/// is written, but its output is still read to the end: batches it wrote before exiting are
+/// committed, and an exit status of 0 then ends the source normally.
+struct Replies<'a> {
+    closed: bool,
+    source: &'a str,
+}
+
+impl Replies<'_> {
+    async fn send(&mut self, plugin: &mut Plugin, message: &serde_json::Value) {
+        if self.closed {
+            return;
+        }
+        if let Err(error) = plugin.send(message).await {
+            tracing::info!(source = %self.source, %error, "process plugin no longer reads; reading the rest of its output");
+            self.closed = true;
+        }
+    }
+
+    /// Tells the program about a checkpoint that became durable since the last time.
+    async fn durable(
+        &mut self,
+        plugin: &mut Plugin,
+        ctx: &SourceContext,
+        last: &mut Option<Checkpoint>,
+    ) {
+        let now = ctx.durable_checkpoint();
+        if now == *last {
+            return;
+        }
+        if let Some(checkpoint) = &now {
+            let text = String::from_utf8_lossy(checkpoint.as_bytes()).into_owned();
+            let message = serde_json::json!({ "type": "durable", "checkpoint": text });
+            self.send(plugin, &message).await;
+        }
+        *last = now;
     }
 }

@@ -7,14 +7,16 @@
 //! sent again, so a crash between the acknowledgement and the take commit repeats it.
 //!
 //! `delivery: exactly_once` (needs a durable channel): each batch is one Kafka transaction,
-//! which also commits, with `send_offsets_to_transaction`, the channel sequence number after
-//! the batch's last event as the offset of partition 0 of `progress_topic` for the consumer
-//! group `transactional_id`. The records and the progress become visible together or not at
-//! all. Before its first batch, and after any failure, the sink initialises its transactional
-//! producer (which fences an older instance and settles its open transaction) and reads that
-//! group offset back: events of the channel up to it were delivered by a transaction that
-//! committed before the take could, and are skipped. Only standard Kafka APIs are used, so
-//! this works the same against any Kafka cluster.
+//! which also commits, with `send_offsets_to_transaction`, the channel sequence numbers of the
+//! batch (as runs `first-last,...` in the metadata of the offset of partition 0 of
+//! `progress_topic` for the consumer group `transactional_id`). The records and the progress
+//! become visible together or not at all. Before its first batch, and after any failure, the
+//! sink initialises its transactional producer (which fences an older instance and settles its
+//! open transaction) and reads that progress back: the events of that batch were delivered by
+//! a transaction that committed before the take could, and are skipped when the channel gives
+//! them again. Only that batch is skipped, never "everything below", so other sinks sharing the
+//! channel and rolled-back takes are safe. Only standard Kafka APIs are used, so this works the
+//! same against any Kafka cluster.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -131,9 +133,9 @@ pub struct KafkaSink {
     producer: Option<FutureProducer>,
     /// With `exactly_once`: the transactional id (also the progress group) once started.
     transactional_id: Option<String>,
-    /// With `exactly_once`: the channel sequence up to which (exclusive) events were
-    /// delivered, read back from the progress group; `None` until the producer is ready.
-    delivered_before: Option<u64>,
+    /// With `exactly_once`: the channel sequence numbers of the last batch delivered, as runs
+    /// (first, last), read back from the progress group; `None` until the producer is ready.
+    delivered: Option<Runs>,
     /// With `exactly_once`: a consumer of the progress group, for its group metadata.
     progress: Option<Arc<BaseConsumer>>,
 }
@@ -193,7 +195,7 @@ impl KafkaSink {
             client,
             producer: None,
             transactional_id: None,
-            delivered_before: None,
+            delivered: None,
             progress: None,
         })
     }
@@ -208,16 +210,18 @@ impl KafkaSink {
         fill_template(&self.config.topic, event)
     }
 
+    /// The partition the header names; a value that is not a partition number is logged and
+    /// ignored (failing the batch would retry it forever).
     fn partition_of(&self, event: &Event) -> Result<Option<i32>, SinkError> {
-        match &self.config.partition_id_header {
-            Some(header) => match event.headers.get(header) {
-                Some(value) => value.parse().map(Some).map_err(|_| {
-                    SinkError::Delivery(format!(
-                        "header `{header}` is `{value}`, not a partition number"
-                    ))
-                }),
-                None => Ok(self.config.default_partition_id),
-            },
+        let Some(header) = &self.config.partition_id_header else {
+            return Ok(self.config.default_partition_id);
+        };
+        match event.headers.get(header).map(|v| (v, v.parse::<i32>())) {
+            Some((_, Ok(partition))) if partition >= 0 => Ok(Some(partition)),
+            Some((value, _)) => {
+                tracing::warn!(header = %header, value = %value, "not a partition number; the default partitioning applies");
+                Ok(self.config.default_partition_id)
+            }
             None => Ok(self.config.default_partition_id),
         }
     }
@@ -266,9 +270,9 @@ async fn blocking<T: Send + 'static>(
 impl KafkaSink {
     /// With `exactly_once`: a transactional producer, initialised (fencing an older instance
     /// and settling its open transaction), and the progress read back from the group.
-    async fn ready_exactly_once(&mut self) -> Result<(FutureProducer, u64), SinkError> {
-        if let (Some(producer), Some(before)) = (&self.producer, self.delivered_before) {
-            return Ok((producer.clone(), before));
+    async fn ready_exactly_once(&mut self) -> Result<(FutureProducer, Runs), SinkError> {
+        if let (Some(producer), Some(delivered)) = (&self.producer, &self.delivered) {
+            return Ok((producer.clone(), delivered.clone()));
         }
         let id = self.transactional_id.clone().unwrap_or_default();
         let topic = self.config.progress_topic.clone();
@@ -284,14 +288,14 @@ impl KafkaSink {
             p.init_transactions(TXN_TIMEOUT)
         })
         .await?;
-        let before = read_progress(&bootstrap, &id, &topic).await?;
+        let delivered = read_progress(&bootstrap, &id, &topic).await?;
         let progress = progress_consumer(&bootstrap, &id)
             .map_err(|e| kafka_error("creating the progress group's consumer", e))?;
         self.progress = Some(Arc::new(progress));
-        tracing::info!(transactional_id = %id, delivered_before = before, "kafka sink ready for exactly-once delivery");
+        tracing::info!(transactional_id = %id, last_delivered = %encode_runs(&delivered), "kafka sink ready for exactly-once delivery");
         self.producer = Some(producer.clone());
-        self.delivered_before = Some(before);
-        Ok((producer, before))
+        self.delivered = Some(delivered.clone());
+        Ok((producer, delivered))
     }
 
     /// Queues every record of `events` on `producer`; returns their delivery futures.
@@ -349,26 +353,30 @@ impl KafkaSink {
     async fn deliver_exactly_once(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
         let Some(sequences) = batch.sequences else {
             return Err(SinkError::Delivery(
-                "`delivery: exactly_once` needs a durable channel (`type: file`): this channel \
-                 gives its events no sequence numbers"
+                "`delivery: exactly_once` needs a channel that numbers its events: a file \
+                 channel, or a kafka channel on a one-partition topic"
                     .into(),
             ));
         };
-        let (producer, before) = self.ready_exactly_once().await?;
+        let (producer, delivered) = self.ready_exactly_once().await?;
+        // Only the events of the last batch a transaction committed are skipped: the one whose
+        // take may not have committed. (Not "everything below": another sink on the same
+        // channel may hand back lower sequence numbers, and a channel may number anew.)
         let fresh: Vec<&Event> = batch
             .events
             .iter()
             .zip(sequences)
-            .filter(|(_, seq)| **seq >= before)
+            .filter(|(_, seq)| !in_runs(&delivered, **seq))
             .map(|(e, _)| e)
             .collect();
-        let Some(last) = sequences.last().copied().filter(|_| !fresh.is_empty()) else {
+        if fresh.is_empty() {
             return Ok(());
-        };
-        let result = self.transaction(&producer, fresh, last + 1).await;
+        }
+        let runs = runs_of(sequences);
+        let result = self.transaction(&producer, fresh, &runs).await;
         match result {
             Ok(()) => {
-                self.delivered_before = Some(last + 1);
+                self.delivered = Some(runs);
                 Ok(())
             }
             Err(error) => {
@@ -381,7 +389,7 @@ impl KafkaSink {
                 })
                 .await;
                 self.producer = None;
-                self.delivered_before = None;
+                self.delivered = None;
                 Err(error)
             }
         }
@@ -391,7 +399,7 @@ impl KafkaSink {
         &self,
         producer: &FutureProducer,
         events: Vec<&Event>,
-        next: u64,
+        runs: &Runs,
     ) -> Result<(), SinkError> {
         let started = std::time::Instant::now();
         producer
@@ -410,13 +418,17 @@ impl KafkaSink {
             .clone()
             .ok_or_else(|| SinkError::Delivery("the progress group is not ready".into()))?;
         let p = producer.clone();
+        let next = runs.last().map_or(0, |(_, last)| last + 1);
+        let metadata = encode_runs(runs);
         blocking("committing the transaction", move || {
-            let metadata = group.group_metadata().ok_or_else(|| {
+            let group_metadata = group.group_metadata().ok_or_else(|| {
                 KafkaError::ClientCreation("no group metadata for the progress group".into())
             })?;
             let mut offsets = TopicPartitionList::new();
-            offsets.add_partition_offset(&topic, 0, Offset::Offset(next as i64))?;
-            p.send_offsets_to_transaction(&offsets, &metadata, TXN_TIMEOUT)?;
+            let mut entry = offsets.add_partition(&topic, 0);
+            entry.set_offset(Offset::Offset(next as i64))?;
+            entry.set_metadata(metadata);
+            p.send_offsets_to_transaction(&offsets, &group_metadata, TXN_TIMEOUT)?;
             p.commit_transaction(TXN_TIMEOUT)
         })
         .await?;
@@ -437,22 +449,63 @@ fn progress_consumer(bootstrap: &str, group: &str) -> Result<BaseConsumer, Kafka
         .create()
 }
 
-/// The channel sequence before which events were delivered: the progress group's committed
-/// offset on partition 0 of the progress topic (0 when none).
-async fn read_progress(bootstrap: &str, group: &str, topic: &str) -> Result<u64, SinkError> {
+/// Channel sequence numbers as runs of consecutive numbers: (first, last), in order.
+type Runs = Vec<(u64, u64)>;
+
+fn runs_of(sequences: &[u64]) -> Runs {
+    let mut runs: Runs = Vec::new();
+    for &seq in sequences {
+        match runs.last_mut() {
+            Some((_, last)) if seq == *last + 1 => *last = seq,
+            _ => runs.push((seq, seq)),
+        }
+    }
+    runs
+}
+
+fn in_runs(runs: &Runs, seq: u64) -> bool {
+    runs.iter()
+        .any(|(first, last)| (*first..=*last).contains(&seq))
+}
+
+/// `12-40,55-60`: the committed offset's metadata.
+fn encode_runs(runs: &Runs) -> String {
+    let parts: Vec<String> = runs.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+    parts.join(",")
+}
+
+fn decode_runs(text: &str) -> Option<Runs> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    text.split(',')
+        .map(|run| {
+            let (a, b) = run.split_once('-')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The channel sequence numbers of the last batch delivered: the metadata of the progress
+/// group's committed offset on partition 0 of the progress topic (none at first).
+async fn read_progress(bootstrap: &str, group: &str, topic: &str) -> Result<Runs, SinkError> {
     let (bootstrap, group, topic) = (bootstrap.to_owned(), group.to_owned(), topic.to_owned());
-    blocking("reading the sink's progress", move || {
+    let metadata = blocking("reading the sink's progress", move || {
         let consumer = progress_consumer(&bootstrap, &group)?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&topic, 0);
         let committed = consumer.committed_offsets(tpl, TXN_TIMEOUT)?;
         Ok(committed
             .find_partition(&topic, 0)
-            .and_then(|e| e.offset().to_raw())
-            .filter(|o| *o > 0)
-            .map_or(0, |o| o as u64))
+            .map(|e| e.metadata().to_owned())
+            .unwrap_or_default())
     })
-    .await
+    .await?;
+    decode_runs(&metadata).ok_or_else(|| {
+        SinkError::Delivery(format!(
+            "the progress recorded for this sink ({metadata:?}) is not one it wrote"
+        ))
+    })
 }
 
 /// Creates `topic` with one partition unless it exists.
@@ -511,11 +564,26 @@ impl Sink for KafkaSink {
         let Some(producer) = self.producer.clone() else {
             return Err(SinkError::Delivery("kafka sink used before start".into()));
         };
-        let mut pending = self.send_all(&producer, batch.events.iter()).await?;
-        for delivery in &mut pending {
-            wait_for(delivery).await?;
+        let result = async {
+            let mut pending = self.send_all(&producer, batch.events.iter()).await?;
+            for delivery in &mut pending {
+                wait_for(delivery).await?;
+            }
+            Ok(())
         }
-        Ok(())
+        .await;
+        if result.is_err()
+            && let Some((code, reason)) = producer.client().fatal_error()
+        {
+            // A fatal producer error never clears: start over with a new producer.
+            tracing::error!(error = %code, %reason, "the Kafka producer failed fatally; making a new one");
+            self.producer = Some(
+                self.client
+                    .create()
+                    .map_err(|e| kafka_error("creating the Kafka producer", e))?,
+            );
+        }
+        result
     }
 
     async fn stop(&mut self) -> Result<(), SinkError> {
@@ -638,7 +706,7 @@ mod tests {
             })
             .await
             .unwrap_err();
-        assert!(err.to_string().contains("durable channel"), "{err}");
+        assert!(err.to_string().contains("numbers its events"), "{err}");
         drop(sink);
 
         // A zombie instance with the same transactional id left a transaction open.
@@ -668,6 +736,17 @@ mod tests {
         let expected: Vec<String> = (0..150).map(|i| format!("e{i}")).collect();
         assert_eq!(bodies, expected);
         broker.shutdown().await;
+    }
+
+    #[test]
+    fn progress_runs_round_trip() {
+        let runs = runs_of(&[5, 6, 7, 10, 11, 40]);
+        assert_eq!(runs, vec![(5, 7), (10, 11), (40, 40)]);
+        assert_eq!(decode_runs(&encode_runs(&runs)), Some(runs.clone()));
+        assert!(in_runs(&runs, 6) && in_runs(&runs, 40) && !in_runs(&runs, 8));
+        assert_eq!(decode_runs(""), Some(vec![]));
+        assert_eq!(decode_runs("x"), None);
+        assert_eq!(decode_runs("1-"), None);
     }
 
     #[test]

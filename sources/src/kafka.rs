@@ -140,7 +140,11 @@ impl RebalanceContext {
     /// Where each newly assigned partition starts: the larger of this source's offset and the
     /// group's committed one; neither known leaves it to `auto.offset.reset`.
     fn seek_targets(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
-        let committed = match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+        // Runs inside `recv` on an async worker: let its other tasks move (the bundled broker
+        // may be one of them).
+        let committed = match ferry_core::blocking(|| {
+            consumer.committed_offsets(tpl.clone(), Duration::from_secs(10))
+        }) {
             Ok(committed) => committed,
             Err(e) => {
                 tracing::warn!(source = %self.source, error = %e, "cannot read the group's committed offsets; starting from this source's own");
@@ -215,7 +219,7 @@ fn commit_durable<C: ConsumerContext>(
     if tpl.count() == 0 {
         return;
     }
-    if let Err(e) = consumer.commit(&tpl, mode) {
+    if let Err(e) = ferry_core::blocking(|| consumer.commit(&tpl, mode)) {
         tracing::warn!(source, error = %e, "cannot commit offsets to the group (informational: the source's own offsets decide)");
     }
 }
@@ -264,6 +268,9 @@ impl ConsumerContext for RebalanceContext {
                             .assigned
                             .remove(&(e.topic().to_owned(), e.partition()));
                     }
+                    // The batch being gathered drops the revoked partitions' records (checked
+                    // after every `recv`).
+                    shared.assignments += 1;
                 }
                 tracing::info!(source = %self.source, partitions = tpl.count(), "partitions revoked");
                 if cooperative {
