@@ -731,9 +731,21 @@ mod tests {
         sink.deliver(batch(0, 120)).await.unwrap();
         sink.deliver(batch(120, 150)).await.unwrap();
         assert!(zombie.commit_transaction(Duration::from_secs(10)).is_err());
+        // Lower sequence numbers than the last batch's (another sink on the channel rolled
+        // them back) are delivered: only the last batch itself is ever skipped.
+        let late: Vec<Event> = (150..160)
+            .map(|i| Event::from_body(format!("e{i}")))
+            .collect();
+        let late_seqs: Vec<u64> = (500..510).collect();
+        sink.deliver(SinkBatch {
+            events: &late,
+            sequences: Some(&late_seqs),
+        })
+        .await
+        .unwrap();
 
         let bodies = committed_bodies(&bootstrap, "out");
-        let expected: Vec<String> = (0..150).map(|i| format!("e{i}")).collect();
+        let expected: Vec<String> = (0..160).map(|i| format!("e{i}")).collect();
         assert_eq!(bodies, expected);
         broker.shutdown().await;
     }
