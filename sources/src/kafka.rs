@@ -623,12 +623,11 @@ mod tests {
         consumer.commit(&tpl, CommitMode::Sync).unwrap();
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn records_arrive_once_with_headers_and_the_checkpoint_decides_where_to_resume() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A broker in `dir` whose topics get 3 partitions and whose groups rebalance at once.
+    async fn start_broker(dir: &std::path::Path) -> (ferry_broker::BrokerHandle, String) {
         let broker = Broker::start(BrokerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().to_path_buf(),
+            data_dir: dir.to_path_buf(),
             num_partitions: 3,
             group_initial_rebalance_delay_ms: 0,
             ..BrokerConfig::default()
@@ -636,6 +635,13 @@ mod tests {
         .await
         .unwrap();
         let bootstrap = broker.local_addr().to_string();
+        (broker, bootstrap)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_arrive_once_with_headers_and_the_checkpoint_decides_where_to_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, bootstrap) = start_broker(dir.path()).await;
         produce(&bootstrap, "logs", 0, 300).await;
 
         let channel = TestChannel::new(100_000, 1000);
@@ -705,16 +711,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn with_a_memory_channel_group_offsets_wait_for_delivery() {
         let dir = tempfile::tempdir().unwrap();
-        let broker = Broker::start(BrokerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().to_path_buf(),
-            num_partitions: 3,
-            group_initial_rebalance_delay_ms: 0,
-            ..BrokerConfig::default()
-        })
-        .await
-        .unwrap();
-        let bootstrap = broker.local_addr().to_string();
+        let (broker, bootstrap) = start_broker(dir.path()).await;
         produce(&bootstrap, "logs", 0, 90).await;
         let channel = TestChannel::volatile(100_000, 1000);
         let store = Arc::new(MemoryCheckpointStore::default());
