@@ -2,9 +2,10 @@
 //! Kafka cluster, so a channel survives the agent and can be shared by agents.
 //!
 //! - **put**: one Kafka transaction (a transactional producer, `transactional.id`
-//!   `ferry-<host>-<channel>`) holds the batch's records and the source's checkpoint, which
-//!   goes with `send_offsets_to_transaction` as the metadata of the committed offset of the
-//!   consumer group `ferry-<host>-<source>` on partition 0 of the topic. Records and
+//!   `<id_prefix>-<channel>`, by default `ferry-<host>-<channel>`) holds the batch's records
+//!   and the source's checkpoint, which goes with `send_offsets_to_transaction` as the
+//!   metadata of the committed offset of the consumer group `<id_prefix>-<source>` on
+//!   partition 0 of the topic. Records and
 //!   checkpoint become visible together or not at all: source → kafka channel is
 //!   exactly-once. A checkpoint must fit Kafka's `offset.metadata.max.bytes` (4096 by
 //!   default): larger ones are refused with an error (use a file channel).
@@ -64,6 +65,11 @@ pub struct KafkaChannelConfig {
     /// numbers, see the module docs).
     #[serde(default = "default_partitions")]
     pub partitions: i32,
+    /// Names this agent's transactional producer (`<prefix>-<channel>`) and the groups holding
+    /// its sources' checkpoints (`<prefix>-<source>`). Must differ between agents writing to
+    /// the same cluster and stay the same across restarts. Default `ferry-<host name>`.
+    #[serde(default)]
+    pub id_prefix: Option<String>,
     /// Any other producer property, passed to librdkafka. Flume: `kafka.producer.*`.
     #[serde(default)]
     pub producer: BTreeMap<String, String>,
@@ -146,12 +152,18 @@ impl KafkaChannel {
         if config.partitions < 1 {
             return Err(cfg.error_at("partitions", "`partitions` must be at least 1"));
         }
-        let host = ferry_core::host_name();
+        let prefix = config
+            .id_prefix
+            .clone()
+            .unwrap_or_else(|| format!("ferry-{}", ferry_core::host_name()));
+        if prefix.is_empty() {
+            return Err(cfg.error_at("id_prefix", "`id_prefix` is empty"));
+        }
         let one_partition = config.partitions == 1;
         let mut producer_config = ClientConfig::new();
         producer_config
             .set("bootstrap.servers", &config.bootstrap_servers)
-            .set("transactional.id", format!("ferry-{host}-{}", cfg.name()))
+            .set("transactional.id", format!("{prefix}-{}", cfg.name()))
             .set("linger.ms", "5");
         for (key, value) in &config.producer {
             producer_config.set(key, value);
@@ -175,7 +187,7 @@ impl KafkaChannel {
             consumer_config,
             producer: Mutex::new(None),
             consumer: Arc::new(Mutex::new(None)),
-            checkpoint_prefix: format!("ferry-{host}-"),
+            checkpoint_prefix: format!("{prefix}-"),
             checkpoint_groups: std::sync::Mutex::new(BTreeMap::new()),
             one_partition: std::sync::atomic::AtomicBool::new(one_partition),
         })
