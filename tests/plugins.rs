@@ -361,7 +361,7 @@ sources:
     type: seq
     channels: [mem]
     batch_size: 10
-    total_events: 2000
+    total_events: 100000
     interceptors:
       - {{ type: process, command: [python3, {hung}], timeout: 1s }}
 channels:
@@ -377,7 +377,8 @@ sinks:
     );
     let agent = run_to_end(dir.path(), &config);
     let text = String::from_utf8(read_dir_concat(&dir.path().join("out"))).unwrap();
-    assert_eq!(text.lines().count(), 2000);
+    // Enough events that they still flow once the backoff after the hang has passed.
+    assert_eq!(text.lines().count(), 100_000);
     assert!(
         text.lines().any(|l| l.contains("tagged=yes")),
         "never restarted"
