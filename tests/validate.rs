@@ -74,6 +74,12 @@ const BROKEN: &[(&str, &[&str])] = &[
             ":18:5: sink `files`: unknown option `directroy`, did you mean `directory`?",
         ],
     ),
+    (
+        "exactly-once-from-memory.yaml",
+        &[
+            ":12:5: sink `to_kafka`: this delivery needs a channel that numbers its events (a file channel, or a kafka channel on a one-partition topic); channel `buffer` does not",
+        ],
+    ),
     ("not-yaml.yaml", &[": invalid YAML: "]),
 ];
 

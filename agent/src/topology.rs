@@ -427,6 +427,22 @@ impl Builder<'_> {
                     continue;
                 }
             };
+            if let Some(channel) = &channel
+                && sink.needs_sequence_numbers()
+                && !channel.is_durable()
+            {
+                self.component_error(
+                    ComponentKind::Sink,
+                    &name,
+                    sink_node
+                        .and_then(|m| m.keys().find(|k| k.as_str() == "delivery"))
+                        .and_then(key_location),
+                    format!(
+                        "this delivery needs a channel that numbers its events (a file channel, or a kafka channel on a one-partition topic); channel `{}` does not",
+                        channel.name()
+                    ),
+                );
+            }
             if let Some(channel) = channel {
                 topology.sinks.push(SinkSpec {
                     name,

@@ -73,6 +73,12 @@ pub struct SinkContext {
 /// ```
 #[async_trait]
 pub trait Sink: Send + 'static {
+    /// Whether the sink needs the channel's sequence numbers (exactly-once delivery that
+    /// skips what an earlier run delivered). `agent validate` then refuses a channel that
+    /// does not number its events (a memory channel).
+    fn needs_sequence_numbers(&self) -> bool {
+        false
+    }
     /// Opens connections or files and recovers state, before the first batch.
     async fn start(&mut self, _ctx: &SinkContext) -> Result<(), SinkError> {
         Ok(())

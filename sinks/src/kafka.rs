@@ -537,6 +537,10 @@ async fn ensure_topic(bootstrap: &str, topic: &str) -> Result<(), SinkError> {
 
 #[async_trait]
 impl Sink for KafkaSink {
+    fn needs_sequence_numbers(&self) -> bool {
+        self.config.delivery == Delivery::ExactlyOnce
+    }
+
     async fn start(&mut self, ctx: &SinkContext) -> Result<(), SinkError> {
         if self.config.delivery == Delivery::ExactlyOnce {
             // The producer is made before the first batch, so an unreachable cluster is
