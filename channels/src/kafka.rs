@@ -539,25 +539,15 @@ impl Channel for KafkaChannel {
             .load(std::sync::atomic::Ordering::Relaxed);
         let sequences = (one_partition && offsets.iter().all(|(p, _)| *p == 0))
             .then(|| offsets.iter().map(|(_, o)| *o as u64).collect());
-        if events.is_empty() {
-            drop(guard);
-            return Ok(Box::new(KafkaTake {
-                channel: self.name.clone(),
-                topic: self.config.topic.clone(),
-                events,
-                offsets,
-                sequences: Some(Vec::new()),
-                guard: None,
-            }));
-        }
-        let _ = &mut guard;
+        // An empty take holds nothing: the consumer is free for the next one at once.
+        let guard = (!events.is_empty()).then_some(guard);
         Ok(Box::new(KafkaTake {
             channel: self.name.clone(),
             topic: self.config.topic.clone(),
             events,
             offsets,
             sequences,
-            guard: Some(guard),
+            guard,
         }))
     }
 
