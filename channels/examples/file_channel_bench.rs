@@ -42,6 +42,7 @@ async fn run(
         durability: Durability::Full,
         data_dir: None,
         minimum_free_space: ByteSize(0),
+        max_file_size: ByteSize(64 << 20),
     };
     let channel = Arc::new(FileChannel::new("bench", &options, dir.to_owned()));
     channel.start().await?;

@@ -1,9 +1,11 @@
 //! The agent's state store: one SQLite database per data directory holding source
-//! checkpoints, sink progress and the events of durable (`file`) channels.
+//! checkpoints, sink progress and the index of every durable (`file`) channel.
 //!
 //! Keeping all of it in one database is what makes the delivery rule cheap to follow: a put
-//! into a file channel writes the events *and* the source's checkpoint in one SQLite
-//! transaction, so after a crash either both are there or neither is.
+//! into a file channel appends the events to the channel's segment files, and then commits the
+//! channel's new end *and* the source's checkpoint in one SQLite transaction, so after a crash
+//! either both are there or neither is (bytes past the committed end are cut). The event bytes
+//! themselves never pass through SQLite; the file channel's module documents its segments.
 //!
 //! # Layout (`<data_dir>/state.db`, WAL mode)
 //!
@@ -12,20 +14,27 @@
 //! | `checkpoints` | `source` | `checkpoint` BLOB | put transactions, or acknowledgements |
 //! | `sink_progress` | `sink` | `progress` BLOB | sinks with exactly-once delivery |
 //! | `channels` | `id` | `name` UNIQUE, `next_seq` | the first put of each channel |
-//! | `channel_<id>` | `seq` (rowid) | `headers` BLOB, `body` BLOB | puts; take commits delete |
+//! | `channel_log` | `id` | `end_segment`, `end_offset`, `taken_seq`, `stored` | put and take commits |
+//! | `channel_segments` | `channel`, `base_seq` | | puts that start a segment; takes that empty one |
+//! | `channel_taken` | `channel`, `first_seq` | `last_seq` | takes committed out of order |
 //!
 //! Sequence numbers are per channel, start at 1 and only grow: `next_seq` is stored, so they
-//! are never reused even after the channel was emptied. `headers` is encoded as a count and
-//! length-prefixed keys and values (little-endian `u32`s).
+//! are never reused even after the channel was emptied. Every event below `taken_seq` was taken
+//! for good; `channel_taken` holds the ranges above it that were (another take below them is
+//! still open). `end_segment`/`end_offset` is the committed end of the log: the base sequence
+//! number of its last segment file and that file's committed length.
+//!
+//! Schema version 1 kept each event as a row of a table `channel_<id>` (`seq`, `headers` BLOB,
+//! `body` BLOB); a file channel still holding such a table moves its rows into segments at start
+//! ([`StateStore::legacy_events`], [`StateStore::finish_migration`]).
 //!
 //! `PRAGMA user_version` holds the schema version; [`StateStore::open`] migrates older files.
-//! Every transaction is durable when it returns (`synchronous = FULL`), except puts made with
+//! Every transaction is durable when it returns (`synchronous = FULL`), except commits made with
 //! [`Durability::Normal`], which survive a crash of the process but not of the machine.
 //!
 //! All methods block on SQLite; call them from `spawn_blocking` in async code.
 
 use std::collections::HashMap;
-use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
@@ -35,7 +44,7 @@ use crate::checkpoint::{Checkpoint, CheckpointStore, CheckpointStoreError};
 use crate::event::{Event, Headers};
 
 /// The newest schema version this build writes.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// Errors of the state store.
 #[derive(Debug, thiserror::Error)]
@@ -103,8 +112,6 @@ struct Inner {
     path: PathBuf,
     /// Writes: puts, deletes, checkpoints, progress; with the `synchronous` level it has now.
     writer: Mutex<Writer>,
-    /// Reads of channel events, so that takes do not wait behind a put's fsync.
-    reader: Mutex<Connection>,
     /// Channel name → table id.
     channels: Mutex<HashMap<String, i64>>,
 }
@@ -173,14 +180,12 @@ impl StateStore {
         }
         let writer = connect(&path)?;
         migrate(&writer, &path)?;
-        let reader = connect(&path)?;
         let inner = Arc::new(Inner {
             path: path.clone(),
             writer: Mutex::new(Writer {
                 conn: writer,
                 durability: Durability::Full,
             }),
-            reader: Mutex::new(reader),
             channels: Mutex::default(),
         });
         stores.insert(path, Arc::downgrade(&inner));
@@ -196,14 +201,9 @@ impl StateStore {
         sql_error(&self.0.path, error)
     }
 
-    /// The table id of `channel` if this handle has seen it already (no database access).
-    fn known_channel_id(&self, channel: &str) -> Option<i64> {
-        lock(&self.0.channels).get(channel).copied()
-    }
-
     /// The table id of `channel`, creating the channel on first use.
     fn channel_id(&self, conn: &Connection, channel: &str) -> Result<i64, StateError> {
-        if let Some(id) = self.known_channel_id(channel) {
+        if let Some(id) = lock(&self.0.channels).get(channel).copied() {
             return Ok(id);
         }
         let existing: Option<i64> = conn
@@ -225,18 +225,13 @@ impl StateStore {
                 conn.last_insert_rowid()
             }
         };
-        conn.execute_batch(&format!(
-            "CREATE TABLE IF NOT EXISTS channel_{id} (
-                 seq INTEGER PRIMARY KEY, headers BLOB NOT NULL, body BLOB NOT NULL)"
-        ))
-        .map_err(|e| self.error(e))?;
         lock(&self.0.channels).insert(channel.to_owned(), id);
         Ok(id)
     }
 
-    /// Opens `channel` (creating it) and returns the sequence numbers of its first stored event
-    /// and the next one to be assigned, and how many events it holds.
-    pub fn channel_state(&self, channel: &str) -> Result<ChannelState, StateError> {
+    /// Opens the index of `channel`'s segment log (creating the channel on first use): where
+    /// its committed end is, what was taken, which segment files exist.
+    pub fn channel_log(&self, channel: &str) -> Result<LogIndex, StateError> {
         let writer = lock(&self.0.writer);
         let conn = &writer.conn;
         let id = self.channel_id(conn, channel)?;
@@ -245,81 +240,168 @@ impl StateStore {
                 row.get(0)
             })
             .map_err(|e| self.error(e))?;
-        let (first, len): (Option<i64>, i64) = conn
+        let row: Option<(Option<i64>, i64, i64, i64)> = conn
             .query_row(
-                &format!("SELECT MIN(seq), COUNT(*) FROM channel_{id}"),
-                [],
-                |row| Ok((row.get(0)?, row.get(1)?)),
+                "SELECT end_segment, end_offset, taken_seq, stored FROM channel_log WHERE id = ?1",
+                [id],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            )
+            .optional()
+            .map_err(|e| self.error(e))?;
+        let (end, taken_seq, stored) = match row {
+            Some((segment, offset, taken, stored)) => (
+                segment.map(|s| (s as u64, offset as u64)),
+                taken as u64,
+                stored as u64,
+            ),
+            None => (None, next_seq as u64, 0),
+        };
+        let segments = conn
+            .prepare_cached(
+                "SELECT base_seq FROM channel_segments WHERE channel = ?1 ORDER BY base_seq",
+            )
+            .and_then(|mut select| {
+                select
+                    .query_map([id], |row| row.get::<_, i64>(0).map(|s| s as u64))?
+                    .collect::<rusqlite::Result<Vec<u64>>>()
+            })
+            .map_err(|e| self.error(e))?;
+        let taken = conn
+            .prepare_cached(
+                "SELECT first_seq, last_seq FROM channel_taken WHERE channel = ?1 ORDER BY first_seq",
+            )
+            .and_then(|mut select| {
+                select
+                    .query_map([id], |row| {
+                        Ok((row.get::<_, i64>(0)? as u64, row.get::<_, i64>(1)? as u64))
+                    })?
+                    .collect::<rusqlite::Result<Vec<(u64, u64)>>>()
+            })
+            .map_err(|e| self.error(e))?;
+        let legacy_rows: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+                [format!("channel_{id}")],
+                |row| row.get(0),
             )
             .map_err(|e| self.error(e))?;
-        Ok(ChannelState {
-            first_seq: first.unwrap_or(next_seq) as u64,
+        Ok(LogIndex {
+            id: id as u64,
             next_seq: next_seq as u64,
-            len: len as u64,
+            taken_seq,
+            stored,
+            end,
+            segments,
+            taken,
+            legacy_rows,
         })
     }
 
-    /// Appends `events` to `channel` and, in the same transaction, saves `checkpoint` for its
-    /// source. Returns the sequence number of the first event.
-    pub fn append(
-        &self,
-        channel: &str,
-        events: &[Event],
-        checkpoint: Option<(&str, &Checkpoint)>,
-        durability: Durability,
-    ) -> Result<u64, StateError> {
+    /// Commits puts to `channel`'s segment log: its new end and next sequence number, the
+    /// segments created on the way there, and, in the same transaction, the checkpoints of the
+    /// sources whose batches the bytes up to that end hold.
+    pub fn commit_put(&self, channel: &str, put: &PutCommit<'_>) -> Result<(), StateError> {
         let mut writer = lock(&self.0.writer);
         writer
-            .set_durability(durability)
+            .set_durability(put.durability)
             .map_err(|e| self.error(e))?;
         let id = self.channel_id(&writer.conn, channel)?;
         let tx = writer.conn.transaction().map_err(|e| self.error(e))?;
-        let first: i64 = tx
-            .query_row("SELECT next_seq FROM channels WHERE id = ?1", [id], |row| {
-                row.get(0)
-            })
-            .map_err(|e| self.error(e))?;
-        {
-            let mut insert = tx
-                .prepare_cached(&format!(
-                    "INSERT INTO channel_{id} (seq, headers, body) VALUES (?1, ?2, ?3)"
-                ))
-                .map_err(|e| self.error(e))?;
-            let mut headers = Vec::new();
-            for (i, event) in events.iter().enumerate() {
-                headers.clear();
-                encode_headers(&event.headers, &mut headers);
-                insert
-                    .execute(params![first + i as i64, &headers, &event.body[..]])
-                    .map_err(|e| self.error(e))?;
-            }
-        }
-        tx.execute(
-            "UPDATE channels SET next_seq = ?1 WHERE id = ?2",
-            params![first + events.len() as i64, id],
+        let (segment, offset) = put.end;
+        tx.prepare_cached(
+            "INSERT INTO channel_log (id, end_segment, end_offset, taken_seq, stored)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (id) DO UPDATE SET end_segment = excluded.end_segment,
+                 end_offset = excluded.end_offset, stored = stored + ?5",
         )
+        .and_then(|mut upsert| {
+            upsert.execute(params![
+                id,
+                segment as i64,
+                offset as i64,
+                put.taken_seq as i64,
+                put.added as i64
+            ])
+        })
         .map_err(|e| self.error(e))?;
-        if let Some((source, checkpoint)) = checkpoint {
+        for base in put.new_segments {
+            tx.prepare_cached(
+                "INSERT OR IGNORE INTO channel_segments (channel, base_seq) VALUES (?1, ?2)",
+            )
+            .and_then(|mut insert| insert.execute(params![id, *base as i64]))
+            .map_err(|e| self.error(e))?;
+        }
+        tx.prepare_cached("UPDATE channels SET next_seq = ?1 WHERE id = ?2")
+            .and_then(|mut update| update.execute(params![put.next_seq as i64, id]))
+            .map_err(|e| self.error(e))?;
+        for (source, checkpoint) in put.checkpoints {
             save_checkpoint(&tx, source, checkpoint).map_err(|e| self.error(e))?;
         }
         tx.commit().map_err(|e| self.error(e))?;
-        Ok(first as u64)
+        Ok(())
     }
 
-    /// Reads up to `max` events of `channel` with sequence numbers from `from` on.
-    pub fn read(&self, channel: &str, from: u64, max: usize) -> Result<StoredEvents, StateError> {
-        // Only a channel never seen needs the writer (to create its table); otherwise a read
-        // must not wait behind a put's fsync.
-        let id = match self.known_channel_id(channel) {
-            Some(id) => id,
-            None => {
-                let writer = lock(&self.0.writer);
-                self.channel_id(&writer.conn, channel)?
-            }
+    /// Commits a take of `channel`: the events in `take.ranges` are gone for good.
+    /// `taken_seq` is the new low-water mark (every event below it is taken); ranges taken
+    /// above it are kept until the mark passes them. Segments wholly below the mark are
+    /// dropped from the index in the same transaction (their files are deleted after).
+    pub fn commit_take(&self, channel: &str, take: &TakeCommit<'_>) -> Result<(), StateError> {
+        let mut writer = lock(&self.0.writer);
+        writer
+            .set_durability(take.durability)
+            .map_err(|e| self.error(e))?;
+        let id = self.channel_id(&writer.conn, channel)?;
+        let tx = writer.conn.transaction().map_err(|e| self.error(e))?;
+        let run = |sql: &str, values: &[&dyn rusqlite::ToSql]| {
+            tx.prepare_cached(sql)
+                .and_then(|mut statement| statement.execute(values))
+                .map_err(|e| self.error(e))
         };
-        let conn = lock(&self.0.reader);
-        let mut select = conn
-            .prepare_cached(&format!(
+        run(
+            "UPDATE channel_log SET taken_seq = ?2, stored = stored - ?3 WHERE id = ?1",
+            &[&id, &(take.taken_seq as i64), &(take.removed as i64)],
+        )?;
+        for (first, last) in take.ranges {
+            if *last >= take.taken_seq {
+                run(
+                    "INSERT OR REPLACE INTO channel_taken (channel, first_seq, last_seq) VALUES (?1, ?2, ?3)",
+                    &[&id, &(*first as i64), &(*last as i64)],
+                )?;
+            }
+        }
+        run(
+            "DELETE FROM channel_taken WHERE channel = ?1 AND last_seq < ?2",
+            &[&id, &(take.taken_seq as i64)],
+        )?;
+        for base in take.dropped_segments {
+            run(
+                "DELETE FROM channel_segments WHERE channel = ?1 AND base_seq = ?2",
+                &[&id, &(*base as i64)],
+            )?;
+        }
+        if take.log_emptied {
+            run(
+                "UPDATE channel_log SET end_segment = NULL, end_offset = 0 WHERE id = ?1",
+                &[&id],
+            )?;
+        }
+        tx.commit().map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
+    /// Events of `channel` still in the table of the row format (schema version 1), from
+    /// sequence number `from` on, at most `max`: what a migration to the segment log moves.
+    pub fn legacy_events(
+        &self,
+        channel: &str,
+        from: u64,
+        max: usize,
+    ) -> Result<StoredEvents, StateError> {
+        let writer = lock(&self.0.writer);
+        let id = self.channel_id(&writer.conn, channel)?;
+        let mut select = writer
+            .conn
+            .prepare(&format!(
                 "SELECT seq, headers, body FROM channel_{id} WHERE seq >= ?1 ORDER BY seq LIMIT ?2"
             ))
             .map_err(|e| self.error(e))?;
@@ -346,19 +428,58 @@ impl StateStore {
         Ok(out)
     }
 
-    /// Deletes the events of `channel` in `seqs` (a committed take).
-    pub fn remove(&self, channel: &str, seqs: RangeInclusive<u64>) -> Result<(), StateError> {
-        let writer = lock(&self.0.writer);
-        let id = self.channel_id(&writer.conn, channel)?;
+    /// Ends the migration of `channel` from the row format: in one transaction, the segment
+    /// log written from its rows becomes the channel's ([`Self::commit_put`] with `put`, the
+    /// sequence numbers missing between rows recorded as taken) and the row table is dropped.
+    pub fn finish_migration(
+        &self,
+        channel: &str,
+        put: &PutCommit<'_>,
+        gaps: &[(u64, u64)],
+    ) -> Result<(), StateError> {
+        let mut writer = lock(&self.0.writer);
         writer
-            .conn
-            .prepare_cached(&format!(
-                "DELETE FROM channel_{id} WHERE seq BETWEEN ?1 AND ?2"
-            ))
-            .and_then(|mut delete| {
-                delete.execute(params![*seqs.start() as i64, *seqs.end() as i64])
-            })
+            .set_durability(Durability::Full)
             .map_err(|e| self.error(e))?;
+        let id = self.channel_id(&writer.conn, channel)?;
+        let tx = writer.conn.transaction().map_err(|e| self.error(e))?;
+        let run = |sql: &str, values: &[&dyn rusqlite::ToSql]| {
+            tx.execute(sql, values).map_err(|e| self.error(e))
+        };
+        run("DELETE FROM channel_log WHERE id = ?1", &[&id])?;
+        run("DELETE FROM channel_segments WHERE channel = ?1", &[&id])?;
+        run("DELETE FROM channel_taken WHERE channel = ?1", &[&id])?;
+        let (segment, offset) = put.end;
+        let end_segment = (!put.new_segments.is_empty()).then_some(segment as i64);
+        run(
+            "INSERT INTO channel_log (id, end_segment, end_offset, taken_seq, stored)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            &[
+                &id,
+                &end_segment,
+                &(offset as i64),
+                &(put.taken_seq as i64),
+                &(put.added as i64),
+            ],
+        )?;
+        for base in put.new_segments {
+            run(
+                "INSERT INTO channel_segments (channel, base_seq) VALUES (?1, ?2)",
+                &[&id, &(*base as i64)],
+            )?;
+        }
+        for (first, last) in gaps {
+            run(
+                "INSERT INTO channel_taken (channel, first_seq, last_seq) VALUES (?1, ?2, ?3)",
+                &[&id, &(*first as i64), &(*last as i64)],
+            )?;
+        }
+        run(
+            "UPDATE channels SET next_seq = MAX(next_seq, ?1) WHERE id = ?2",
+            &[&(put.next_seq as i64), &id],
+        )?;
+        run(&format!("DROP TABLE channel_{id}"), &[])?;
+        tx.commit().map_err(|e| self.error(e))?;
         Ok(())
     }
 
@@ -422,15 +543,62 @@ impl StateStore {
     }
 }
 
-/// Where a durable channel stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChannelState {
-    /// Sequence number of the oldest stored event (equal to `next_seq` when empty).
-    pub first_seq: u64,
+/// The index of one channel's segment log, as committed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogIndex {
+    /// The channel's id: its segment files live in `channels/<id>/` of the data directory.
+    pub id: u64,
     /// Sequence number the next put gets.
     pub next_seq: u64,
-    /// Events stored.
-    pub len: u64,
+    /// Every event below this sequence number is taken for good.
+    pub taken_seq: u64,
+    /// Events stored (put and not yet taken for good).
+    pub stored: u64,
+    /// The committed end: base sequence number of the last segment and its length in bytes.
+    /// `None` when no segment exists.
+    pub end: Option<(u64, u64)>,
+    /// Base sequence numbers of the segment files, in order.
+    pub segments: Vec<u64>,
+    /// Ranges `(first, last)` taken for good above `taken_seq` (takes committed out of order).
+    pub taken: Vec<(u64, u64)>,
+    /// Whether the channel still has a table of the row format (schema version 1) to migrate.
+    pub legacy_rows: bool,
+}
+
+/// What a group of puts to a segment log commits ([`StateStore::commit_put`]).
+#[derive(Debug)]
+pub struct PutCommit<'a> {
+    /// Base sequence number of the segment holding the end, and the end's byte offset in it.
+    pub end: (u64, u64),
+    /// Sequence number the next put gets.
+    pub next_seq: u64,
+    /// The low-water mark, for the first commit of a channel.
+    pub taken_seq: u64,
+    /// Events added by these puts.
+    pub added: u64,
+    /// Segments created since the last commit.
+    pub new_segments: &'a [u64],
+    /// The checkpoints of the sources whose batches these puts hold.
+    pub checkpoints: &'a [(&'a str, &'a Checkpoint)],
+    /// How durable the commit is when it returns.
+    pub durability: Durability,
+}
+
+/// What a take commit of a segment log records ([`StateStore::commit_take`]).
+#[derive(Debug)]
+pub struct TakeCommit<'a> {
+    /// The sequence numbers taken, as runs `(first, last)`.
+    pub ranges: &'a [(u64, u64)],
+    /// Events in that range.
+    pub removed: u64,
+    /// The new low-water mark.
+    pub taken_seq: u64,
+    /// Segments now wholly taken, to drop from the index.
+    pub dropped_segments: &'a [u64],
+    /// Whether the last segment was dropped too (the log holds no segment any more).
+    pub log_emptied: bool,
+    /// How durable the commit is when it returns.
+    pub durability: Durability,
 }
 
 impl CheckpointStore for StateStore {
@@ -524,9 +692,28 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), StateError> {
         )
         .map_err(|e| sql_error(path, e))?;
     }
+    if version < 2 {
+        // The segment log of file channels. Row tables of version 1 (`channel_<id>`) stay
+        // until each channel migrates its events at start (`finish_migration`).
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE channel_log (id INTEGER PRIMARY KEY, end_segment INTEGER,
+                                       end_offset INTEGER NOT NULL, taken_seq INTEGER NOT NULL,
+                                       stored INTEGER NOT NULL);
+             CREATE TABLE channel_segments (channel INTEGER NOT NULL, base_seq INTEGER NOT NULL,
+                                            PRIMARY KEY (channel, base_seq));
+             CREATE TABLE channel_taken (channel INTEGER NOT NULL, first_seq INTEGER NOT NULL,
+                                         last_seq INTEGER NOT NULL,
+                                         PRIMARY KEY (channel, first_seq));
+             PRAGMA user_version = 2;
+             COMMIT;",
+        )
+        .map_err(|e| sql_error(path, e))?;
+    }
     Ok(())
 }
 
+#[cfg(test)]
 fn encode_headers(headers: &Headers, out: &mut Vec<u8>) {
     if headers.is_empty() {
         return;
@@ -583,94 +770,164 @@ mod tests {
         e
     }
 
+    fn put<'a>(
+        end: (u64, u64),
+        next_seq: u64,
+        added: u64,
+        new_segments: &'a [u64],
+        checkpoints: &'a [(&'a str, &'a Checkpoint)],
+    ) -> PutCommit<'a> {
+        PutCommit {
+            end,
+            next_seq,
+            taken_seq: 1,
+            added,
+            new_segments,
+            checkpoints,
+            durability: Durability::Full,
+        }
+    }
+
     #[test]
-    fn events_and_checkpoint_survive_reopening() {
+    fn a_put_commits_the_log_end_with_the_checkpoint_and_survives_reopening() {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = StateStore::open(dir.path()).unwrap();
+            let fresh = store.channel_log("c").unwrap();
+            assert_eq!((fresh.next_seq, fresh.taken_seq, fresh.end), (1, 1, None));
             let cp = Checkpoint::new(b"pos=3".to_vec());
-            let batch: Vec<Event> = (0..3).map(event).collect();
-            assert_eq!(
-                store
-                    .append("c", &batch, Some(("src", &cp)), Durability::Full)
-                    .unwrap(),
-                1
-            );
-            assert_eq!(
-                store
-                    .append("c", &[event(3)], None, Durability::Normal)
-                    .unwrap(),
-                4
-            );
+            store
+                .commit_put("c", &put((1, 300), 4, 3, &[1], &[("src", &cp)]))
+                .unwrap();
+            store
+                .commit_put("c", &put((4, 100), 5, 1, &[4], &[]))
+                .unwrap();
         }
         let store = StateStore::open(dir.path()).unwrap();
         assert_eq!(
             store.load("src").unwrap(),
             Some(Checkpoint::new(b"pos=3".to_vec()))
         );
-        let read = store.read("c", 1, 10).unwrap();
-        assert_eq!(read.sequences, [1, 2, 3, 4]);
-        assert_eq!(read.events[2], event(2));
-        assert_eq!(
-            store.channel_state("c").unwrap(),
-            ChannelState {
-                first_seq: 1,
-                next_seq: 5,
-                len: 4
-            }
-        );
+        let index = store.channel_log("c").unwrap();
+        assert_eq!(index.next_seq, 5);
+        assert_eq!(index.stored, 4);
+        assert_eq!(index.end, Some((4, 100)));
+        assert_eq!(index.segments, [1, 4]);
+        assert!(!index.legacy_rows);
+    }
+
+    #[test]
+    fn takes_committed_out_of_order_keep_their_ranges_until_the_mark_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        store
+            .commit_put("c", &put((1, 900), 31, 30, &[1, 11, 21], &[]))
+            .unwrap();
+        let take = |ranges: &[(u64, u64)], removed, taken_seq, dropped: &[u64]| {
+            store
+                .commit_take(
+                    "c",
+                    &TakeCommit {
+                        ranges,
+                        removed,
+                        taken_seq,
+                        dropped_segments: dropped,
+                        log_emptied: false,
+                        durability: Durability::Full,
+                    },
+                )
+                .unwrap();
+            store.channel_log("c").unwrap()
+        };
+        let index = take(&[(11, 20)], 10, 1, &[]);
+        assert_eq!((index.taken_seq, index.stored), (1, 20));
+        assert_eq!(index.taken, [(11, 20)]);
+        let index = take(&[(1, 10)], 10, 21, &[1, 11]);
+        assert_eq!((index.taken_seq, index.stored), (21, 10));
+        assert!(index.taken.is_empty());
+        assert_eq!(index.segments, [21]);
     }
 
     #[test]
     fn sequence_numbers_are_never_reused() {
         let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open(dir.path()).unwrap();
-        store
-            .append("c", &[event(0), event(1)], None, Durability::Full)
-            .unwrap();
-        store.remove("c", 1..=2).unwrap();
-        drop(store);
-        let store = StateStore::open(dir.path()).unwrap();
-        let state = store.channel_state("c").unwrap();
-        assert_eq!((state.first_seq, state.next_seq, state.len), (3, 3, 0));
-        assert_eq!(
+        {
+            let store = StateStore::open(dir.path()).unwrap();
+            store.commit_put("c", &put((1, 10), 3, 2, &[1], &[])).unwrap();
             store
-                .append("c", &[event(2)], None, Durability::Full)
-                .unwrap(),
-            3
-        );
-    }
-
-    #[test]
-    fn channels_are_independent_and_the_store_is_shared() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = StateStore::open(dir.path()).unwrap();
-        let b = StateStore::open(dir.path()).unwrap();
-        assert!(Arc::ptr_eq(&a.0, &b.0));
-        a.append("one", &[event(1)], None, Durability::Full)
-            .unwrap();
-        b.append("two", &[event(2), event(3)], None, Durability::Normal)
-            .unwrap();
-        assert_eq!(a.read("one", 0, 10).unwrap().events, [event(1)]);
-        assert_eq!(a.read("two", 0, 10).unwrap().sequences, [1, 2]);
-    }
-
-    #[test]
-    fn space_of_removed_events_goes_back_to_the_filesystem() {
-        let dir = tempfile::tempdir().unwrap();
+                .commit_take(
+                    "c",
+                    &TakeCommit {
+                        ranges: &[(1, 2)],
+                        removed: 2,
+                        taken_seq: 3,
+                        dropped_segments: &[1],
+                        log_emptied: true,
+                        durability: Durability::Full,
+                    },
+                )
+                .unwrap();
+        }
         let store = StateStore::open(dir.path()).unwrap();
-        let big: Vec<Event> = (0..2000)
-            .map(|_| Event::from_body(vec![7u8; 1000]))
-            .collect();
-        store.append("c", &big, None, Durability::Normal).unwrap();
-        store.reclaim_space().unwrap();
-        let file = dir.path().join("state.db");
-        let full = std::fs::metadata(&file).unwrap().len();
-        assert!(full > 2_000_000, "{full}");
-        store.remove("c", 1..=2000).unwrap();
-        store.reclaim_space().unwrap();
-        let after = std::fs::metadata(&file).unwrap().len();
-        assert!(after < full / 10, "{after} bytes left of {full}");
+        let index = store.channel_log("c").unwrap();
+        assert_eq!((index.next_seq, index.taken_seq, index.stored), (3, 3, 0));
+        assert_eq!(index.end, None);
+        assert!(index.segments.is_empty());
+    }
+
+    #[test]
+    fn rows_of_the_version_1_format_are_read_back_and_dropped_by_the_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE checkpoints (source TEXT PRIMARY KEY, checkpoint BLOB NOT NULL);
+                 CREATE TABLE sink_progress (sink TEXT PRIMARY KEY, progress BLOB NOT NULL);
+                 CREATE TABLE channels (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+                                        next_seq INTEGER NOT NULL);
+                 CREATE TABLE channel_1 (seq INTEGER PRIMARY KEY, headers BLOB NOT NULL,
+                                         body BLOB NOT NULL);
+                 INSERT INTO channels VALUES (1, 'c', 9);
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+            for seq in [3u32, 4, 7] {
+                let mut headers = Vec::new();
+                encode_headers(&event(seq).headers, &mut headers);
+                conn.execute(
+                    "INSERT INTO channel_1 VALUES (?1, ?2, ?3)",
+                    params![seq, headers, event(seq).body.to_vec()],
+                )
+                .unwrap();
+            }
+        }
+        let store = StateStore::open(dir.path()).unwrap();
+        let index = store.channel_log("c").unwrap();
+        assert!(index.legacy_rows);
+        assert_eq!(index.next_seq, 9);
+        let rows = store.legacy_events("c", 4, 10).unwrap();
+        assert_eq!(rows.sequences, [4, 7]);
+        assert_eq!(rows.events, [event(4), event(7)]);
+        store
+            .finish_migration(
+                "c",
+                &PutCommit {
+                    end: (3, 500),
+                    next_seq: 9,
+                    taken_seq: 3,
+                    added: 3,
+                    new_segments: &[3],
+                    checkpoints: &[],
+                    durability: Durability::Full,
+                },
+                &[(5, 6), (8, 8)],
+            )
+            .unwrap();
+        let index = store.channel_log("c").unwrap();
+        assert!(!index.legacy_rows);
+        assert_eq!((index.taken_seq, index.stored, index.end), (3, 3, Some((3, 500))));
+        assert_eq!(index.taken, [(5, 6), (8, 8)]);
     }
 
     #[test]
