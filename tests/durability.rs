@@ -63,6 +63,71 @@ sinks:
     )
 }
 
+/// Bytes in the files under `dir`, recursively.
+fn dir_size(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .map(|e| e.unwrap())
+            .map(|e| match e.file_type().unwrap().is_dir() {
+                true => dir_size(&e.path()),
+                false => e.metadata().map_or(0, |m| m.len()),
+            })
+            .sum()
+    })
+}
+
+/// Copies the files of `from` into `to`, recursively.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// `tests/fixtures/row-format-v1` was written by the agent of the row-format file channel
+/// (state schema version 1): a `seq` source with `total_events: 2000` drained through a file
+/// channel into `file_roll` (`out/`), then the same source raised to 5000 with an `http` sink
+/// to a closed port, killed with SIGKILL while events 2000..4999 (sequence numbers 2001..5000)
+/// waited in the channel's SQLite rows.
+#[test]
+fn a_data_dir_of_the_row_format_channel_drains_exactly_once_after_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(
+        &harness::repo_root().join("tests/fixtures/row-format-v1"),
+        dir.path(),
+    );
+    let config = seq_to_file_roll(5000, "file");
+    let mut agent = Agent::start(dir.path(), &config);
+    let status = agent.wait(Duration::from_secs(120));
+    assert!(status.success(), "{status:?}\n{}", agent.log());
+    assert!(
+        agent
+            .log()
+            .contains("moved the channel's events from the row format"),
+        "{}",
+        agent.log()
+    );
+    let text = String::from_utf8(read_dir_concat(&dir.path().join("out"))).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let expected: Vec<String> = (0..5000).map(|i| i.to_string()).collect();
+    assert_eq!(lines, expected, "every event once, in order");
+    // Run again: nothing is left to deliver, nothing is delivered twice.
+    let mut agent = Agent::start(dir.path(), &config);
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    let again = String::from_utf8(read_dir_concat(&dir.path().join("out"))).unwrap();
+    assert_eq!(again.lines().count(), 5000);
+}
+
 #[test]
 fn seq_through_file_channel_to_file_roll_is_exactly_once_across_sigkills() {
     // Enough that ten short runs cannot finish it, even on an idle machine.
@@ -91,6 +156,25 @@ fn seq_through_file_channel_to_file_roll_is_exactly_once_across_sigkills() {
 
 #[test]
 fn full_disk_makes_the_source_wait_and_nothing_is_lost_when_space_returns() {
+    full_disk_case(FullDisk::Everything);
+}
+
+/// The segment files on a filesystem of their own, without a reserve: a put's write fills it
+/// in the middle of a segment and fails with ENOSPC. The source waits the same way; no half
+/// written batch is ever served, and the segments taken free the space.
+#[test]
+fn a_write_that_fills_the_disk_mid_segment_is_cut_and_retried() {
+    full_disk_case(FullDisk::SegmentsOnly);
+}
+
+enum FullDisk {
+    /// The database and the segments on the full disk, with a 6 MiB reserve.
+    Everything,
+    /// Only the segments there (the database elsewhere), no reserve, 4 MiB segments.
+    SegmentsOnly,
+}
+
+fn full_disk_case(case: FullDisk) {
     const LINES: usize = 60_000;
     let disk = Tmpfs::mount(24);
     // Most of the disk is taken by someone else's file; the channel gets what is left.
@@ -111,6 +195,17 @@ fn full_disk_makes_the_source_wait_and_nothing_is_lost_when_space_returns() {
     );
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
+    let channel_options = match case {
+        FullDisk::Everything => format!(
+            "data_dir: {}\n    minimum_free_space: 6MiB",
+            disk.path.join("channel").display()
+        ),
+        FullDisk::SegmentsOnly => {
+            std::fs::create_dir_all(dir.path().join("state")).unwrap();
+            std::os::unix::fs::symlink(&disk.path, dir.path().join("state/channels")).unwrap();
+            "minimum_free_space: 0B\n    max_file_size: 4MiB".to_owned()
+        }
+    };
     let config = format!(
         "\
 agent:
@@ -125,18 +220,16 @@ sources:
 channels:
   durable:
     type: file
-    data_dir: {}
     capacity: 1000000
     transaction_capacity: 1000
-    minimum_free_space: 6MiB
+    {channel_options}
 sinks:
   remote:
     type: http
     channel: durable
     batch_size: 1000
     endpoint: http://127.0.0.1:{http_port}/
-",
-        disk.path.join("channel").display()
+"
     );
     let mut agent = Agent::start(dir.path(), &config);
     wait_until(Duration::from_secs(30), "netcat source listening", || {
@@ -169,6 +262,11 @@ sinks:
     wait_until(Duration::from_secs(120), "the disk-full log line", || {
         agent.log().contains("disk full")
     });
+    if let FullDisk::SegmentsOnly = case {
+        wait_until(Duration::from_secs(60), "a segment write failing", || {
+            agent.log().contains(".log: disk full")
+        });
+    }
     let stalled = acks.load(Ordering::SeqCst);
     assert!(
         stalled < LINES,
@@ -298,10 +396,7 @@ sources:
         }
     }
     sender.join().unwrap();
-    let stored = std::fs::metadata(dir.path().join("state/state.db"))
-        .unwrap()
-        .len()
-        + std::fs::metadata(dir.path().join("state/state.db-wal")).map_or(0, |m| m.len());
+    let stored = dir_size(&dir.path().join("state"));
     agent.signal(Signal::SIGKILL);
     agent.wait(Duration::from_secs(30));
     println!(

@@ -1,13 +1,119 @@
 //! The unit of data: an [`Event`] is Flume's event, string headers plus an opaque body.
 
 use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
-/// Event headers: string keys to string values, as in Flume.
+/// Event headers: string keys to string values, as in Flume, in key order (so output that
+/// prints headers is deterministic).
 ///
-/// A `BTreeMap` keeps header order stable, so output that prints headers is deterministic.
-pub type Headers = BTreeMap<String, String>;
+/// The map is shared and copied on write: cloning `Headers` costs a reference count, not an
+/// allocation, so the events of one tailed file (or of one decoded channel batch) can carry
+/// the same headers for the price of one map. Reading goes through `Deref` to the
+/// [`BTreeMap`]; changing it (`insert`, `remove`, ... through `DerefMut`) first copies the map
+/// if another event shares it.
+///
+/// ```
+/// use ferry_core::Headers;
+/// let mut a = Headers::new();
+/// a.insert("file".into(), "/var/log/app.log".into());
+/// let mut b = a.clone(); // shares a's map
+/// assert!(a.shares_with(&b));
+/// b.insert("host".into(), "web-1".into()); // b gets its own copy
+/// assert_eq!(a.len(), 1);
+/// assert_eq!(b.get("host").map(String::as_str), Some("web-1"));
+/// ```
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Headers(Arc<BTreeMap<String, String>>);
+
+impl Headers {
+    /// No headers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether `self` and `other` are the same shared map (then they are equal without
+    /// comparing a single header).
+    pub fn shares_with(&self, other: &Headers) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Whether another `Headers` shares this map (a change would copy it first).
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
+    }
+}
+
+impl Deref for Headers {
+    type Target = BTreeMap<String, String>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl DerefMut for Headers {
+    /// Copies the map first if another `Headers` shares it.
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl std::fmt::Debug for Headers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl From<BTreeMap<String, String>> for Headers {
+    fn from(map: BTreeMap<String, String>) -> Self {
+        Self(Arc::new(map))
+    }
+}
+
+impl FromIterator<(String, String)> for Headers {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
+        Self(Arc::new(iter.into_iter().collect()))
+    }
+}
+
+impl Extend<(String, String)> for Headers {
+    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, iter: I) {
+        Arc::make_mut(&mut self.0).extend(iter);
+    }
+}
+
+impl<'a> IntoIterator for &'a Headers {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl IntoIterator for Headers {
+    type Item = (String, String);
+    type IntoIter = std::collections::btree_map::IntoIter<String, String>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Arc::unwrap_or_clone(self.0).into_iter()
+    }
+}
+
+impl serde::Serialize for Headers {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Headers {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        BTreeMap::deserialize(deserializer).map(Self::from)
+    }
+}
 
 /// One event: headers plus a body of bytes.
 ///

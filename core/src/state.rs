@@ -487,11 +487,10 @@ impl StateStore {
     /// inside the database file; [`reclaim_space`](Self::reclaim_space) gives them back.
     pub fn available_bytes(&self) -> Result<u64, StateError> {
         let dir = self.0.path.parent().unwrap_or(Path::new("."));
-        let stats = nix::sys::statvfs::statvfs(dir).map_err(|e| StateError::Database {
+        free_space(dir).map_err(|e| StateError::Database {
             path: self.0.path.clone(),
             message: format!("reading free space: {e}"),
-        })?;
-        Ok((stats.blocks_available() as u64).saturating_mul(stats.fragment_size() as u64))
+        })
     }
 
     /// Returns the database's free pages to the filesystem and shrinks the write-ahead log,
@@ -623,6 +622,13 @@ impl CheckpointStore for StateStore {
             .and_then(|()| save_checkpoint(&writer.conn, source, checkpoint))
             .map_err(|e| CheckpointStoreError(self.error(e).to_string()))
     }
+}
+
+/// Bytes available to this process on the filesystem holding `path`.
+pub fn free_space(path: &Path) -> std::io::Result<u64> {
+    let stats = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
+    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
+    Ok((stats.blocks_available() as u64).saturating_mul(stats.fragment_size() as u64))
 }
 
 fn save_checkpoint(
@@ -853,7 +859,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = StateStore::open(dir.path()).unwrap();
-            store.commit_put("c", &put((1, 10), 3, 2, &[1], &[])).unwrap();
+            store
+                .commit_put("c", &put((1, 10), 3, 2, &[1], &[]))
+                .unwrap();
             store
                 .commit_take(
                     "c",
@@ -926,7 +934,10 @@ mod tests {
             .unwrap();
         let index = store.channel_log("c").unwrap();
         assert!(!index.legacy_rows);
-        assert_eq!((index.taken_seq, index.stored, index.end), (3, 3, Some((3, 500))));
+        assert_eq!(
+            (index.taken_seq, index.stored, index.end),
+            (3, 3, Some((3, 500)))
+        );
         assert_eq!(index.taken, [(5, 6), (8, 8)]);
     }
 

@@ -30,7 +30,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use base64::Engine;
-use ferry_core::{ComponentConfig, ConfigError, Event, Registry};
+use ferry_core::{ComponentConfig, ConfigError, Event, Headers, Registry};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -105,7 +105,7 @@ impl ProcessConfig {
 #[serde(deny_unknown_fields)]
 pub(crate) struct WireEvent {
     #[serde(default)]
-    headers: BTreeMap<String, String>,
+    headers: Headers,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     body: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -327,9 +327,9 @@ impl Log {
             && self.options.durability == Durability::Full
         {
             // The old segment's last bytes are committed with the new segment's first.
-            old.file
-                .sync_data()
-                .map_err(|e| LogError::io(&segment::segment_path(&self.dir, old.base), "syncing", e))?;
+            old.file.sync_data().map_err(|e| {
+                LogError::io(&segment::segment_path(&self.dir, old.base), "syncing", e)
+            })?;
         }
         let base = w.next_seq;
         let path = segment::segment_path(&self.dir, base);
@@ -572,6 +572,8 @@ impl Log {
         };
         let base = active.base;
         let _committing = lock(&self.take_commits);
+        // The reader's handle goes too, or the deleted file would keep its space.
+        let mut read = lock(&self.read);
         let mut index = lock(&self.index);
         let dropped: Vec<u64> = index.segments.iter().copied().collect();
         self.store.commit_take(
@@ -588,6 +590,9 @@ impl Log {
         index.segments.clear();
         index.end = None;
         drop(index);
+        read.segment = None;
+        read.offset = 0;
+        drop(read);
         w.active = None;
         drop(w);
         self.delete_segments(&dropped);
@@ -735,7 +740,11 @@ fn migrate(
             }
             first_seq.get_or_insert(seq);
             let mut batch = EncodedBatch::new(&rows.events[start..end]).ok_or_else(|| {
-                LogError::io(dir, "migrating", io::Error::other("a run of events is too large"))
+                LogError::io(
+                    dir,
+                    "migrating",
+                    io::Error::other("a run of events is too large"),
+                )
             })?;
             let roll = match &active {
                 None => true,

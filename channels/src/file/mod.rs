@@ -99,7 +99,9 @@ pub struct FileChannelConfig {
     pub data_dir: Option<PathBuf>,
     /// Puts wait while less than this much space is left for the channel (Flume
     /// `minimumRequiredSpace`, default 500MB there; 64MiB here). The reserve is what lets
-    /// sinks commit, and so free space, when the disk is full.
+    /// sinks commit, and so free space, when the disk is full. `0`: no check; a put whose
+    /// write fails for lack of space waits the same way (keep the database on another
+    /// filesystem then, or sinks may not be able to commit).
     #[serde(default = "default_minimum_free_space")]
     pub minimum_free_space: ByteSize,
     /// Size at which a segment file is closed and a new one started (Flume `maxFileSize`,
@@ -199,11 +201,20 @@ impl Shared {
         self.available.notify_waiters();
     }
 
-    /// Whether a put of `bytes` leaves `minimum_free_space` free; when it would not, first
-    /// gives back what taken events still hold.
+    /// Whether a put of `bytes` leaves `minimum_free_space` free, both where the segments are
+    /// and where the database is; when it would not, first gives back what taken events still
+    /// hold.
     fn has_room(&self, log: &Log, store: &StateStore, bytes: u64) -> Result<bool, LogError> {
+        if self.minimum_free_space == 0 {
+            // No reserve: the write itself finds out (ENOSPC cuts it and the put waits).
+            return Ok(true);
+        }
         let needed = self.minimum_free_space + bytes;
-        let free = || store.available_bytes().map_err(LogError::from);
+        let free = || -> Result<u64, LogError> {
+            let segments = ferry_core::state::free_space(log.dir())
+                .map_err(|e| LogError::io(log.dir(), "reading the free space of", e))?;
+            Ok(segments.min(store.available_bytes()?))
+        };
         if free()? >= needed {
             return Ok(true);
         }
@@ -295,22 +306,28 @@ impl FileChannel {
         loop {
             let (log, shared) = (Arc::clone(&log), Arc::clone(&self.0));
             let (source, checkpoint) = (source.clone(), checkpoint.clone());
-            let mut encoded = job.take().ok_or_else(|| self.0.storage_error("put lost its batch"))?;
+            let mut encoded = job
+                .take()
+                .ok_or_else(|| self.0.storage_error("put lost its batch"))?;
             let (encoded, result) = tokio::task::spawn_blocking(move || {
                 let result = (|| {
-                    let store = shared
-                        .store
-                        .get()
-                        .ok_or_else(|| LogError::from(ferry_core::state::StateError::Database {
+                    let store = shared.store.get().ok_or_else(|| {
+                        LogError::from(ferry_core::state::StateError::Database {
                             path: shared.data_dir.clone(),
                             message: "channel used before it was started".into(),
-                        }))?;
+                        })
+                    })?;
                     if !shared.has_room(&log, store, encoded.len())? {
                         return Err(LogError::DiskFull {
                             path: log.dir().to_owned(),
                         });
                     }
-                    log.append(&mut encoded, &source, checkpoint.as_ref())
+                    let appended = log.append(&mut encoded, &source, checkpoint.as_ref());
+                    if appended.as_ref().is_err_and(LogError::is_disk_full) {
+                        // Space held by taken events goes back before the put is retried.
+                        log.release_if_empty()?;
+                    }
+                    appended
                 })();
                 (encoded, result)
             })
@@ -357,8 +374,12 @@ impl Channel for FileChannel {
         let shared = Arc::clone(&self.0);
         let (store, log, stored) = tokio::task::spawn_blocking(move || {
             let store = StateStore::open(&shared.data_dir).map_err(LogError::from)?;
-            let (log, stored) =
-                Log::open(store.clone(), &shared.data_dir, &shared.name, shared.options)?;
+            let (log, stored) = Log::open(
+                store.clone(),
+                &shared.data_dir,
+                &shared.name,
+                shared.options,
+            )?;
             Ok::<_, LogError>((store, log, stored))
         })
         .await
@@ -966,7 +987,10 @@ mod tests {
         ch.start().await.unwrap();
         assert_eq!(ch.len(), 1489);
         let tx = ch.take(1, Duration::ZERO).await.unwrap();
-        assert_eq!(tx.events()[0].headers.get("file").unwrap(), "/var/log/a.log");
+        assert_eq!(
+            tx.events()[0].headers.get("file").unwrap(),
+            "/var/log/a.log"
+        );
         assert_eq!(tx.sequences(), Some(&[1001][..]));
         tx.commit().await.unwrap();
         // Half of it is taken, then the agent dies and starts again.
@@ -984,7 +1008,11 @@ mod tests {
         assert_eq!(drain(&ch).await, numbers(2202..2990));
         ch.put(batch(0..1, None)).await.unwrap();
         let tx = ch.take(1, Duration::ZERO).await.unwrap();
-        assert_eq!(tx.sequences(), Some(&[3001][..]), "numbers go on after the old ones");
+        assert_eq!(
+            tx.sequences(),
+            Some(&[3001][..]),
+            "numbers go on after the old ones"
+        );
         let store = StateStore::open(dir.path()).unwrap();
         assert_eq!(
             ferry_core::CheckpointStore::load(&store, "src").unwrap(),

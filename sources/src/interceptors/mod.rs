@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ferry_core::{Event, Registry};
+use ferry_core::{Event, Headers, Registry};
 
 pub mod host;
 pub mod static_header;
@@ -30,12 +30,23 @@ pub fn register(registry: &mut Registry) {
 
 /// Sets header `key` to `value` on every event; with `preserve_existing`, events that already
 /// have the header keep theirs.
+///
+/// Events that share their headers (all the lines of one tailed file do) get one new map
+/// between them: one copy per run of such events, not one per event.
 fn set_header(events: &mut [Event], key: &str, value: &str, preserve_existing: bool) {
+    let mut last: Option<(Headers, Headers)> = None;
     for event in events {
-        if preserve_existing && event.headers.contains_key(key) {
+        if let Some((before, after)) = &last
+            && event.headers.shares_with(before)
+        {
+            event.headers = after.clone();
             continue;
         }
-        event.headers.insert(key.to_owned(), value.to_owned());
+        let before = event.headers.is_shared().then(|| event.headers.clone());
+        if !(preserve_existing && event.headers.contains_key(key)) {
+            event.headers.insert(key.to_owned(), value.to_owned());
+        }
+        last = before.map(|before| (before, event.headers.clone()));
     }
 }
 
@@ -48,4 +59,41 @@ fn config(type_name: &str, yaml: &str) -> ferry_core::ComponentConfig {
         yaml,
     )
     .unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_sharing_headers_share_the_new_ones() {
+        let mut file = Headers::new();
+        file.insert("file".into(), "/var/log/a.log".into());
+        let mut own = Headers::new();
+        own.insert("host".into(), "kept".into());
+        let mut events: Vec<Event> = (0..3)
+            .map(|i| Event::new(file.clone(), format!("{i}")))
+            .chain([Event::new(own, "own")])
+            .collect();
+        set_header(&mut events, "host", "web-1", true);
+        assert!(events[0].headers.shares_with(&events[1].headers));
+        assert!(events[1].headers.shares_with(&events[2].headers));
+        assert!(
+            !events[0].headers.shares_with(&file),
+            "the source's map is not changed"
+        );
+        assert_eq!(file.get("host"), None);
+        for event in &events[..3] {
+            assert_eq!(event.headers.get("host").map(String::as_str), Some("web-1"));
+            assert_eq!(
+                event.headers.get("file").map(String::as_str),
+                Some("/var/log/a.log")
+            );
+        }
+        assert_eq!(
+            events[3].headers.get("host").map(String::as_str),
+            Some("kept"),
+            "preserve_existing keeps an existing header"
+        );
+    }
 }

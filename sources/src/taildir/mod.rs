@@ -88,7 +88,14 @@ impl TaildirSource {
                 name: name.clone(),
                 pattern: pattern.clone(),
             });
-            group_headers.push(config.headers.get(name).cloned().unwrap_or_default());
+            group_headers.push(
+                config
+                    .headers
+                    .get(name)
+                    .cloned()
+                    .map(Headers::from)
+                    .unwrap_or_default(),
+            );
         }
         if let Some(name) = config
             .headers
