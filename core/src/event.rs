@@ -25,24 +25,35 @@ use bytes::Bytes;
 /// assert_eq!(a.len(), 1);
 /// assert_eq!(b.get("host").map(String::as_str), Some("web-1"));
 /// ```
-#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Headers(Arc<BTreeMap<String, String>>);
+///
+/// No headers at all cost no allocation.
+#[derive(Clone, Default)]
+pub struct Headers(Option<Arc<BTreeMap<String, String>>>);
+
+/// What empty `Headers` read as.
+static EMPTY: BTreeMap<String, String> = BTreeMap::new();
 
 impl Headers {
     /// No headers.
-    pub fn new() -> Self {
-        Self::default()
+    pub const fn new() -> Self {
+        Self(None)
     }
 
     /// Whether `self` and `other` are the same shared map (then they are equal without
     /// comparing a single header).
     pub fn shares_with(&self, other: &Headers) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
     }
 
     /// Whether another `Headers` shares this map (a change would copy it first).
     pub fn is_shared(&self) -> bool {
-        Arc::strong_count(&self.0) > 1
+        self.0
+            .as_ref()
+            .is_some_and(|map| Arc::strong_count(map) > 1)
     }
 }
 
@@ -50,38 +61,52 @@ impl Deref for Headers {
     type Target = BTreeMap<String, String>;
 
     fn deref(&self) -> &Self::Target {
-        &self.0
+        self.0.as_deref().unwrap_or(&EMPTY)
     }
 }
 
 impl DerefMut for Headers {
     /// Copies the map first if another `Headers` shares it.
     fn deref_mut(&mut self) -> &mut Self::Target {
-        Arc::make_mut(&mut self.0)
+        Arc::make_mut(self.0.get_or_insert_with(Default::default))
+    }
+}
+
+impl PartialEq for Headers {
+    fn eq(&self, other: &Self) -> bool {
+        self.shares_with(other) || **self == **other
+    }
+}
+
+impl Eq for Headers {}
+
+impl std::hash::Hash for Headers {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state);
     }
 }
 
 impl std::fmt::Debug for Headers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        (**self).fmt(f)
     }
 }
 
 impl From<BTreeMap<String, String>> for Headers {
     fn from(map: BTreeMap<String, String>) -> Self {
-        Self(Arc::new(map))
+        Self((!map.is_empty()).then(|| Arc::new(map)))
     }
 }
 
 impl FromIterator<(String, String)> for Headers {
     fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
-        Self(Arc::new(iter.into_iter().collect()))
+        Self::from(iter.into_iter().collect::<BTreeMap<_, _>>())
     }
 }
 
 impl Extend<(String, String)> for Headers {
     fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, iter: I) {
-        Arc::make_mut(&mut self.0).extend(iter);
+        (**self).extend(iter);
     }
 }
 
@@ -90,7 +115,7 @@ impl<'a> IntoIterator for &'a Headers {
     type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        (**self).iter()
     }
 }
 
@@ -99,13 +124,16 @@ impl IntoIterator for Headers {
     type IntoIter = std::collections::btree_map::IntoIter<String, String>;
 
     fn into_iter(self) -> Self::IntoIter {
-        Arc::unwrap_or_clone(self.0).into_iter()
+        self.0
+            .map(Arc::unwrap_or_clone)
+            .unwrap_or_default()
+            .into_iter()
     }
 }
 
 impl serde::Serialize for Headers {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        (**self).serialize(serializer)
     }
 }
 
