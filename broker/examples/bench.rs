@@ -1,12 +1,13 @@
 //! Produce and consume throughput with librdkafka against the broker, both in this process:
 //!
 //! ```text
-//! cargo run --release -p ferry-broker --example bench -- [RECORDS] [RECORD_BYTES]
+//! cargo run --release -p ferry-broker --example bench -- [RECORDS] [RECORD_BYTES] [--acks 1|all]
 //! ```
 //!
 //! Defaults: 1,000,000 records of 100 bytes, one partition, acks=1, no compression. Then, for
 //! the broker's side of a consume alone, whole 10 MB Fetch responses read off a plain socket
 //! without looking at the records (librdkafka's per-message work dominates the consume).
+//! Prints one line per phase, then all of them as one JSON line for scripts (`scripts/bench`).
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -26,18 +27,19 @@ use rdkafka::{Offset, TopicPartitionList};
 
 type BenchError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The consumer gives up when no record came for this long.
+const STALL: Duration = Duration::from_secs(60);
+
 #[tokio::main]
 async fn main() -> Result<(), BenchError> {
     if std::env::var("BENCH_DEBUG").is_ok() {
         tracing_subscriber::fmt().with_env_filter("debug").init();
     }
-    let mut args = std::env::args().skip(1);
-    let records: usize = args
-        .next()
-        .map(|a| a.parse())
-        .transpose()?
-        .unwrap_or(1_000_000);
-    let size: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100);
+    let Options {
+        records,
+        size,
+        acks,
+    } = parse_args(std::env::args().skip(1))?;
     let dir = tempfile::tempdir()?;
     let config = BrokerConfig {
         listen: "127.0.0.1:0".parse()?,
@@ -50,7 +52,7 @@ async fn main() -> Result<(), BenchError> {
     let report = tokio::task::spawn_blocking(move || -> Result<String, BenchError> {
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &bootstrap)
-            .set("acks", "1")
+            .set("acks", &acks)
             .set("linger.ms", "5")
             .set("batch.size", "1000000")
             .set("queue.buffering.max.messages", "1000000")
@@ -92,10 +94,17 @@ async fn main() -> Result<(), BenchError> {
         consumer.assign(&assignment)?;
         let started = Instant::now();
         let mut seen = 0;
+        let mut last_seen = Instant::now();
         while seen < records {
             if let Some(message) = consumer.poll(Duration::from_secs(5)) {
                 let message = message?;
                 seen += usize::from(message.payload().map_or(0, <[u8]>::len) == size);
+                last_seen = Instant::now();
+            } else if last_seen.elapsed() > STALL {
+                return Err(format!(
+                    "consume: {seen} of {records} records, then none for {STALL:?}"
+                )
+                .into());
             }
         }
         let consume = started.elapsed();
@@ -117,13 +126,16 @@ async fn main() -> Result<(), BenchError> {
         }
         let raw_fetch = started.elapsed();
         // The broker's CPU: the process's but this (reading) thread's.
-        let broker_cpu = match (cpu_before, cpu_seconds("self"), cpu_seconds("thread-self")) {
-            ((Some(process0), Some(thread0)), Some(process1), Some(thread1)) => format!(
-                "; broker CPU {:.0} ms per GB",
-                ((process1 - process0) - (thread1 - thread0)) * 1e3 / (fetched as f64 / 1e9)
-            ),
-            _ => String::new(),
-        };
+        let broker_cpu_ms_per_gb =
+            match (cpu_before, cpu_seconds("self"), cpu_seconds("thread-self")) {
+                ((Some(process0), Some(thread0)), Some(process1), Some(thread1)) => Some(
+                    ((process1 - process0) - (thread1 - thread0)) * 1e3 / (fetched as f64 / 1e9),
+                ),
+                _ => None,
+            };
+        let broker_cpu = broker_cpu_ms_per_gb
+            .map(|ms| format!("; broker CPU {ms:.0} ms per GB"))
+            .unwrap_or_default();
         let mb = (records * size) as f64 / 1e6;
         let line = |what: &str, took: Duration| {
             format!(
@@ -140,9 +152,27 @@ async fn main() -> Result<(), BenchError> {
             raw_fetch.as_secs_f64(),
             fetched as f64 / 1e6 / raw_fetch.as_secs_f64()
         );
+        let rate = |took: Duration| {
+            format!(
+                "{{\"seconds\":{:.6},\"records_per_s\":{:.1},\"mb_per_s\":{:.3}}}",
+                took.as_secs_f64(),
+                records as f64 / took.as_secs_f64(),
+                mb / took.as_secs_f64()
+            )
+        };
+        let json = format!(
+            "{{\"bench\":\"broker\",\"records\":{records},\"size\":{size},\"acks\":\"{acks}\",\
+             \"produce\":{},\"consume\":{},\"raw_fetch\":{{\"bytes\":{fetched},\"seconds\":{:.6},\
+             \"mb_per_s\":{:.3},\"broker_cpu_ms_per_gb\":{}}}}}",
+            rate(produce),
+            rate(consume),
+            raw_fetch.as_secs_f64(),
+            fetched as f64 / 1e6 / raw_fetch.as_secs_f64(),
+            broker_cpu_ms_per_gb.map_or("null".into(), |ms| format!("{ms:.1}")),
+        );
         Ok(format!(
-            "{}\n{}\n{fetch}",
-            line("produce (acks=1)", produce),
+            "{}\n{}\n{fetch}\n{json}",
+            line(&format!("produce (acks={acks})"), produce),
             line("consume", consume)
         ))
     })
@@ -150,6 +180,49 @@ async fn main() -> Result<(), BenchError> {
     println!("{report}");
     broker.shutdown().await;
     Ok(())
+}
+
+/// What the command line asks for.
+struct Options {
+    records: usize,
+    size: usize,
+    /// The producer's `acks`: `0`, `1` or `all`.
+    acks: String,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, BenchError> {
+    let mut positional = Vec::new();
+    let mut acks = "1".to_string();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--acks" => {
+                acks = args.next().ok_or("--acks needs a value")?;
+                if !["0", "1", "all", "-1"].contains(&acks.as_str()) {
+                    return Err(format!("--acks {acks}: expected 0, 1 or all").into());
+                }
+            }
+            flag if flag.starts_with("--") => return Err(format!("unknown option {flag}").into()),
+            _ => positional.push(arg.parse::<usize>()?),
+        }
+    }
+    match positional[..] {
+        [] => Ok(Options {
+            records: 1_000_000,
+            size: 100,
+            acks,
+        }),
+        [records] => Ok(Options {
+            records,
+            size: 100,
+            acks,
+        }),
+        [records, size] => Ok(Options {
+            records,
+            size,
+            acks,
+        }),
+        _ => Err("expected at most RECORDS and RECORD_BYTES".into()),
+    }
 }
 
 /// A Fetch v4 frame for 10 MB of partition 0 of `bench` from its first offset.

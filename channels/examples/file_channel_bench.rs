@@ -2,11 +2,15 @@
 //! taking and committing them, concurrently, with durable (fsynced) commits.
 //!
 //! ```sh
-//! cargo run --release -p ferry-channels --example file_channel_bench -- [DIR]
+//! cargo run --release -p ferry-channels --example file_channel_bench -- \
+//!     [DIR] [--size BYTES --batch EVENTS] [--events N]
 //! ```
 //!
 //! DIR (default: a temporary directory under the current one) should be on the disk to
-//! measure. Prints one line per case: event size, batch size, events/s and MB/s.
+//! measure. Without `--size`/`--batch` it runs four cases (100 B and 1000 B events, batches of
+//! 100 and 1000); with both, only that case. Each case moves 512 MiB of event bodies, or
+//! `--events N` events. Prints a Markdown table (event size, batch size, events/s, MB/s),
+//! then one JSON line per case for scripts (`scripts/bench` reads them).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,26 +20,111 @@ use ferry_core::config::ByteSize;
 use ferry_core::state::Durability;
 use ferry_core::{Channel, Event, PutBatch};
 
+type BenchError = Box<dyn std::error::Error>;
+
 const BYTES_PER_CASE: usize = 512 << 20;
+const CASES: [(usize, usize); 4] = [(100, 100), (100, 1000), (1000, 100), (1000, 1000)];
+
+/// What the command line asks for.
+struct Options {
+    dir: String,
+    /// (event size, batch size) pairs to run.
+    cases: Vec<(usize, usize)>,
+    /// Events per case; default: `BYTES_PER_CASE` of bodies.
+    events: Option<usize>,
+}
+
+/// One case's result.
+struct Measured {
+    size: usize,
+    batch: usize,
+    events: usize,
+    seconds: f64,
+}
+
+impl Measured {
+    fn events_per_s(&self) -> f64 {
+        self.events as f64 / self.seconds
+    }
+
+    fn mb_per_s(&self) -> f64 {
+        (self.events * self.size) as f64 / self.seconds / 1e6
+    }
+}
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let base = std::env::args().nth(1).unwrap_or_else(|| ".".into());
+async fn main() -> Result<(), BenchError> {
+    let options = parse_args(std::env::args().skip(1))?;
     println!("| event size | batch | events/s | MB/s |");
     println!("|---:|---:|---:|---:|");
-    for (size, batch) in [(100, 100), (100, 1000), (1000, 100), (1000, 1000)] {
-        let dir = tempfile::tempdir_in(&base)?;
-        let (events_per_s, mb_per_s) = run(dir.path(), size, batch).await?;
-        println!("| {size} B | {batch} | {events_per_s:.0} | {mb_per_s:.1} |");
+    let mut results = Vec::new();
+    for &(size, batch) in &options.cases {
+        let dir = tempfile::tempdir_in(&options.dir)?;
+        // Whole batches only: the consumer waits for exactly what the producer puts.
+        let events = options.events.unwrap_or(BYTES_PER_CASE / size);
+        let batches = events.div_ceil(batch).max(1);
+        let measured = run(dir.path(), size, batch, batches).await?;
+        println!(
+            "| {size} B | {batch} | {:.0} | {:.1} |",
+            measured.events_per_s(),
+            measured.mb_per_s()
+        );
+        results.push(measured);
+    }
+    for m in &results {
+        println!(
+            "{{\"bench\":\"file_channel\",\"durability\":\"full\",\"size\":{},\"batch\":{},\
+             \"events\":{},\"seconds\":{:.6},\"events_per_s\":{:.1},\"mb_per_s\":{:.3}}}",
+            m.size,
+            m.batch,
+            m.events,
+            m.seconds,
+            m.events_per_s(),
+            m.mb_per_s()
+        );
     }
     Ok(())
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, BenchError> {
+    let mut dir = None;
+    let mut size = None;
+    let mut batch = None;
+    let mut events = None;
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| -> Result<usize, BenchError> {
+            let value = args.next().ok_or_else(|| format!("{name} needs a value"))?;
+            value
+                .parse()
+                .map_err(|e| format!("{name} {value}: {e}").into())
+        };
+        match arg.as_str() {
+            "--size" => size = Some(value("--size")?),
+            "--batch" => batch = Some(value("--batch")?),
+            "--events" => events = Some(value("--events")?),
+            flag if flag.starts_with("--") => return Err(format!("unknown option {flag}").into()),
+            _ if dir.is_none() => dir = Some(arg),
+            _ => return Err(format!("unexpected argument {arg}").into()),
+        }
+    }
+    let cases = match (size, batch) {
+        (None, None) => CASES.to_vec(),
+        (Some(size), Some(batch)) if size > 0 && batch > 0 => vec![(size, batch)],
+        _ => return Err("--size and --batch go together, both above 0".into()),
+    };
+    Ok(Options {
+        dir: dir.unwrap_or_else(|| ".".into()),
+        cases,
+        events,
+    })
 }
 
 async fn run(
     dir: &std::path::Path,
     size: usize,
     batch: usize,
-) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    total_batches: usize,
+) -> Result<Measured, BenchError> {
     let options = FileChannelConfig {
         capacity: 100_000,
         transaction_capacity: batch,
@@ -46,7 +135,6 @@ async fn run(
     };
     let channel = Arc::new(FileChannel::new("bench", &options, dir.to_owned()));
     channel.start().await?;
-    let total_batches = BYTES_PER_CASE / (size * batch);
     let template: Vec<Event> = (0..batch)
         .map(|_| Event::from_body(vec![b'x'; size]))
         .collect();
@@ -74,7 +162,10 @@ async fn run(
         take.commit().await?;
     }
     producer.await??;
-    let seconds = started.elapsed().as_secs_f64();
-    let events = (total_batches * batch) as f64;
-    Ok((events / seconds, events * size as f64 / seconds / 1e6))
+    Ok(Measured {
+        size,
+        batch,
+        events: total_batches * batch,
+        seconds: started.elapsed().as_secs_f64(),
+    })
 }
