@@ -105,8 +105,8 @@ pub struct KafkaSinkConfig {
     #[serde(default = "default_progress_topic")]
     pub progress_topic: String,
     /// Most events sent before the sink waits for them to be safe: with `exactly_once`, the
-    /// most in one Kafka transaction (which then holds several channel batches); with
-    /// `at_least_once`, the most awaiting acknowledgement. Default `10000`.
+    /// most in one Kafka transaction (which then holds several channel batches, 100 at most);
+    /// with `at_least_once`, the most awaiting acknowledgement. Default `10000`.
     #[serde(default = "default_transaction_max_events")]
     pub transaction_max_events: usize,
     /// Longest time from the first batch sent until the sink waits for it to be safe and
@@ -439,6 +439,12 @@ fn headers_of(event: &Event) -> OwnedHeaders {
     }
     headers
 }
+
+/// Most channel batches in flight (in one transaction, with `exactly_once`). Each batch adds
+/// at least one run `first-last` to the transaction's progress record; when sinks sharing a
+/// channel interleave their takes, every batch adds one, and the record must fit Kafka's
+/// `offset.metadata.max.bytes` (4096 by default): 100 runs of 12-digit numbers do.
+const MAX_BATCHES_IN_FLIGHT: usize = 100;
 
 /// How long a transactional call waits before failing the batch (it is retried).
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -810,7 +816,7 @@ impl Sink for KafkaSink {
 
     fn pipelining(&self) -> Pipelining {
         Pipelining {
-            max_batches: usize::MAX,
+            max_batches: MAX_BATCHES_IN_FLIGHT,
             max_events: self.config.transaction_max_events,
             max_delay: self.config.transaction_max_delay,
         }
