@@ -857,4 +857,233 @@ mod tests {
             expected(&["deliver e0, commit e0, deliver e10, commit e10, deliver e20, commit e20"])
         );
     }
+
+    /// A file channel whose take commits never end once `crash` is set, as if the agent were
+    /// killed right after the sink's flush; `reached` is notified there.
+    struct CrashingChannel {
+        inner: Arc<dyn Channel>,
+        crash: bool,
+        reached: Arc<tokio::sync::Notify>,
+    }
+
+    struct CrashingTake {
+        inner: Box<dyn TakeTransaction>,
+        crash: bool,
+        reached: Arc<tokio::sync::Notify>,
+    }
+
+    #[async_trait]
+    impl Channel for CrashingChannel {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        async fn start(&self) -> Result<(), ChannelError> {
+            self.inner.start().await
+        }
+        async fn put(&self, batch: PutBatch) -> Result<(), ChannelError> {
+            self.inner.put(batch).await
+        }
+        async fn try_put(&self, batch: PutBatch) -> Result<(), ChannelError> {
+            self.inner.try_put(batch).await
+        }
+        async fn take(
+            &self,
+            max: usize,
+            wait: Duration,
+        ) -> Result<Box<dyn TakeTransaction>, ChannelError> {
+            Ok(Box::new(CrashingTake {
+                inner: self.inner.take(max, wait).await?,
+                crash: self.crash,
+                reached: Arc::clone(&self.reached),
+            }))
+        }
+        fn transaction_capacity(&self) -> usize {
+            self.inner.transaction_capacity()
+        }
+        fn is_durable(&self) -> bool {
+            self.inner.is_durable()
+        }
+        fn len(&self) -> usize {
+            self.inner.len()
+        }
+        fn capacity(&self) -> usize {
+            self.inner.capacity()
+        }
+    }
+
+    #[async_trait]
+    impl TakeTransaction for CrashingTake {
+        fn events(&self) -> &[Event] {
+            self.inner.events()
+        }
+        fn sequences(&self) -> Option<&[u64]> {
+            self.inner.sequences()
+        }
+        async fn commit(self: Box<Self>) -> Result<(), ChannelError> {
+            if self.crash {
+                self.reached.notify_one();
+                std::future::pending::<()>().await;
+            }
+            self.inner.commit().await
+        }
+        async fn rollback(self: Box<Self>) -> Result<(), ChannelError> {
+            self.inner.rollback().await
+        }
+    }
+
+    fn file_channel(
+        dir: &std::path::Path,
+        crash: bool,
+    ) -> (CrashingChannel, Arc<tokio::sync::Notify>) {
+        let mut registry = ferry_core::Registry::new();
+        ferry_channels::register(&mut registry);
+        let yaml = format!(
+            "data_dir: {}\ncapacity: 100000\ntransaction_capacity: 1000",
+            dir.display()
+        );
+        let cfg = ferry_core::ComponentConfig::from_yaml(
+            ferry_core::ComponentKind::Channel,
+            "durable",
+            "file",
+            &yaml,
+        )
+        .unwrap();
+        let inner = (registry.channel("file").unwrap())(&cfg).unwrap();
+        let reached = Arc::new(tokio::sync::Notify::new());
+        let channel = CrashingChannel {
+            inner,
+            crash,
+            reached: Arc::clone(&reached),
+        };
+        (channel, reached)
+    }
+
+    fn kafka_sink(bootstrap: &str) -> Box<dyn Sink> {
+        let yaml = format!(
+            "bootstrap_servers: {bootstrap}\ntopic: out\ndelivery: exactly_once\n\
+             transactional_id: edge\ntransaction_max_events: 3000\ntransaction_max_delay: 1h"
+        );
+        let cfg = ferry_core::ComponentConfig::from_yaml(
+            ferry_core::ComponentKind::Sink,
+            "to_kafka",
+            "kafka",
+            &yaml,
+        )
+        .unwrap();
+        Box::new(ferry_sinks::kafka::KafkaSink::build(&cfg).unwrap())
+    }
+
+    fn runner(channel: CrashingChannel, sink: Box<dyn Sink>, drain: Shutdown) -> SinkRunner {
+        let ctx = SinkContext {
+            name: "to_kafka".into(),
+            metrics: ComponentMetrics::new("sink", "to_kafka"),
+            state: None,
+        };
+        SinkRunner::new(ctx, sink, Arc::new(channel), 1000, drain)
+    }
+
+    /// Bodies a read_committed consumer finds in `topic`, and the progress the sink's group
+    /// committed, once nothing more arrives.
+    fn read_back(bootstrap: &str, topic: &str) -> (Vec<String>, String) {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::message::Message;
+        use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "reader")
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, Offset::Beginning)
+            .unwrap();
+        consumer.assign(&tpl).unwrap();
+        let mut bodies = Vec::new();
+        let mut quiet = 0;
+        while quiet < 10 {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    quiet = 0;
+                    bodies.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into());
+                }
+                _ => quiet += 1,
+            }
+        }
+        let progress: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "edge")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition("ferry-sink-progress", 0);
+        let committed = progress
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .unwrap();
+        let runs = committed
+            .find_partition("ferry-sink-progress", 0)
+            .map(|e| e.metadata().to_owned())
+            .unwrap_or_default();
+        (bodies, runs)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_after_a_transaction_of_several_batches_repeats_none_of_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = ferry_broker::Broker::start(ferry_broker::BrokerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().join("broker"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let bootstrap = broker.local_addr().to_string();
+        let channel_dir = dir.path().join("agent");
+
+        // 5000 events in the channel; the first transaction holds three batches of 1000.
+        let (channel, reached) = file_channel(&channel_dir, true);
+        channel.start().await.unwrap();
+        let events: Vec<Event> = (0..5000)
+            .map(|i| Event::from_body(format!("e{i}")))
+            .collect();
+        for chunk in events.chunks(1000) {
+            channel
+                .put(PutBatch {
+                    source: "test".into(),
+                    events: chunk.to_vec(),
+                    checkpoint: None,
+                    ack: None,
+                })
+                .await
+                .unwrap();
+        }
+        // The agent dies once that transaction committed, before any take did.
+        let first = tokio::spawn(runner(channel, kafka_sink(&bootstrap), Shutdown::new()).run());
+        tokio::time::timeout(Duration::from_secs(60), reached.notified())
+            .await
+            .unwrap();
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        let (bodies, runs) = read_back(&bootstrap, "out");
+        assert_eq!(bodies.len(), 3000);
+        let (low, high) = runs.split_once('-').unwrap();
+        let (low, high): (u64, u64) = (low.parse().unwrap(), high.parse().unwrap());
+        assert_eq!(
+            high - low + 1,
+            3000,
+            "the progress names all three batches: {runs}"
+        );
+
+        // The next run finds every event in the channel again and delivers each once.
+        let (channel, _) = file_channel(&channel_dir, false);
+        channel.start().await.unwrap();
+        assert_eq!(channel.len(), 5000);
+        let drain = Shutdown::new();
+        drain.trigger();
+        runner(channel, kafka_sink(&bootstrap), drain).run().await;
+        let (bodies, _) = read_back(&bootstrap, "out");
+        let all: Vec<String> = (0..5000).map(|i| format!("e{i}")).collect();
+        assert_eq!(bodies, all);
+        broker.shutdown().await;
+    }
 }

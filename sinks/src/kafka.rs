@@ -194,7 +194,10 @@ impl Deliveries {
             first.get_or_insert_with(|| error.clone());
             self.failed.store(true, Ordering::SeqCst);
         }
-        let left = self.outstanding.fetch_sub(1, Ordering::SeqCst) - 1;
+        let left = self
+            .outstanding
+            .fetch_sub(1, Ordering::SeqCst)
+            .saturating_sub(1);
         if left <= self.wake_at.load(Ordering::SeqCst) || failure.is_some() {
             self.woken.notify_waiters();
         }
