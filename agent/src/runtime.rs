@@ -1,5 +1,13 @@
 //! Running a topology: one task per source and per sink runner, and an orderly shutdown.
 //!
+//! A sink runner takes a batch, sends it to the sink, and keeps its take open while it takes
+//! and sends the next ones, up to the sink's [`Pipelining`] bounds (a sink that only delivers
+//! has one batch in flight: today's take, deliver, commit). It flushes the sink when a bound
+//! is reached or the channel has nothing more ready (an empty or short take; it never waits
+//! for events while batches are in flight), then commits the takes oldest first. A failed send
+//! or flush rolls every open take back, newest first, so the events return to the channel in
+//! their order, and the runner backs off (100 ms doubling to 5 s) before taking them again.
+//!
 //! Shutdown drains: when the stop signal fires (or every source has ended on its own), the
 //! sources stop first, so nothing new enters the channels; then each sink runner keeps taking
 //! until its channel is empty, and stops. Every event a source acknowledged to its client is
@@ -12,9 +20,11 @@ use anyhow::Context;
 use ferry_broker::Broker;
 use ferry_core::state::StateStore;
 use ferry_core::{
-    CheckpointStore, ComponentMetrics, Counter, Shutdown, SinkBatch, SinkContext, SourceContext,
+    Channel, CheckpointStore, ComponentMetrics, Counter, Pipelining, Shutdown, Sink, SinkBatch,
+    SinkContext, SinkError, SourceContext, TakeTransaction,
 };
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::topology::{SinkSpec, SourceSpec, Topology};
@@ -150,7 +160,7 @@ async fn run_source(spec: SourceSpec, stop: Shutdown, store: Arc<dyn CheckpointS
                 continue;
             }
         };
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         match source.run(ctx).await {
             Ok(()) => {
                 info!(source = %name, "source finished");
@@ -202,103 +212,878 @@ impl SinkCounters {
 async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
     let SinkSpec {
         name,
-        mut sink,
+        sink,
         channel,
         batch_size,
         ..
     } = spec;
     let ctx = SinkContext {
         name: name.clone(),
-        metrics: ComponentMetrics::new("sink", name.clone()),
+        metrics: ComponentMetrics::new("sink", name),
         state: Some(state),
     };
-    let counters = SinkCounters::new(&ctx.metrics);
-    let mut backoff = MIN_BACKOFF;
-    while let Err(e) = sink.start(&ctx).await {
-        if drain.is_triggered() {
-            // Nothing was taken: what the channel holds stays there (in a durable channel,
-            // for the next run).
-            error!(sink = %name, error = %e, "sink cannot start; giving up, the agent is stopping");
-            return;
-        }
-        error!(sink = %name, error = %e, "sink cannot start; retrying");
-        if backoff_or_stop(&mut backoff, &drain).await {
-            continue;
+    SinkRunner::new(ctx, sink, channel, batch_size, drain)
+        .run()
+        .await;
+}
+
+/// The takes of the batches sent to the sink and not yet flushed, oldest first.
+#[derive(Default)]
+struct InFlight {
+    takes: Vec<Box<dyn TakeTransaction>>,
+    events: usize,
+    /// When the first of them was sent.
+    since: Option<Instant>,
+    /// Whether the last take came back with fewer events than asked for: the channel has
+    /// nothing more ready, so taking again would only delay what is in flight.
+    caught_up: bool,
+}
+
+impl InFlight {
+    fn is_empty(&self) -> bool {
+        self.takes.is_empty()
+    }
+
+    /// Whether any bound of `pipelining` is reached.
+    fn reached(&self, pipelining: &Pipelining) -> bool {
+        self.takes.len() >= pipelining.max_batches
+            || self.events >= pipelining.max_events
+            || self
+                .since
+                .is_some_and(|since| since.elapsed() >= pipelining.max_delay)
+    }
+
+    fn push(&mut self, take: Box<dyn TakeTransaction>, short: bool) {
+        self.events += take.events().len();
+        self.caught_up = short;
+        self.takes.push(take);
+    }
+
+    /// Every take, oldest first; nothing is in flight afterwards.
+    fn take_all(&mut self) -> Vec<Box<dyn TakeTransaction>> {
+        let takes = std::mem::take(&mut self.takes);
+        *self = Self::default();
+        takes
+    }
+}
+
+/// Whether a sink runner goes on after a step.
+#[derive(Debug, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
+/// Drives one sink: takes batches from its channel, sends them, keeping as many in flight as
+/// the sink's [`Pipelining`] and the channel allow, flushes, and commits the takes in order
+/// (or rolls them all back when the sink fails).
+struct SinkRunner {
+    ctx: SinkContext,
+    sink: Box<dyn Sink>,
+    channel: Arc<dyn Channel>,
+    batch_size: usize,
+    /// Filled in once the sink has started.
+    pipelining: Pipelining,
+    drain: Shutdown,
+    counters: SinkCounters,
+    in_flight: InFlight,
+    backoff: Duration,
+    /// While the agent stops: since when deliveries keep failing.
+    failing_since: Option<Instant>,
+}
+
+impl SinkRunner {
+    fn new(
+        ctx: SinkContext,
+        sink: Box<dyn Sink>,
+        channel: Arc<dyn Channel>,
+        batch_size: usize,
+        drain: Shutdown,
+    ) -> Self {
+        Self {
+            counters: SinkCounters::new(&ctx.metrics),
+            ctx,
+            sink,
+            channel,
+            batch_size,
+            pipelining: Pipelining::ONE_BATCH,
+            drain,
+            in_flight: InFlight::default(),
+            backoff: MIN_BACKOFF,
+            failing_since: None,
         }
     }
-    backoff = MIN_BACKOFF;
-    let mut failing_since: Option<tokio::time::Instant> = None;
-    loop {
-        if drain.is_triggered() && channel.is_empty() {
-            break;
+
+    fn name(&self) -> &str {
+        &self.ctx.name
+    }
+
+    /// Starts the sink, delivers until the channel is drained, and stops the sink.
+    async fn run(mut self) {
+        if !self.start().await {
+            return;
         }
-        let take = tokio::select! {
-            take = channel.take(batch_size, POLL_INTERVAL) => take,
-            // Taking is cancel-safe: nothing leaves the channel until `take` returns.
-            _ = drain.wait(), if !drain.is_triggered() => continue,
-        };
-        let take = match take {
-            Ok(take) => take,
-            Err(e) => {
-                error!(sink = %name, error = %e, "cannot take from channel");
-                back_off(&mut backoff).await;
-                continue;
+        self.pipelining = self.bounds();
+        while self.step().await == Flow::Continue {}
+        if let Err(e) = self.sink.stop().await {
+            error!(sink = %self.name(), error = %e, "sink did not stop cleanly");
+        }
+        info!(sink = %self.name(), "sink stopped");
+    }
+
+    /// Starts the sink, retrying after a backoff; `false` when the agent stops first.
+    async fn start(&mut self) -> bool {
+        let mut backoff = MIN_BACKOFF;
+        while let Err(e) = self.sink.start(&self.ctx).await {
+            if self.drain.is_triggered() {
+                // Nothing was taken: what the channel holds stays there (in a durable channel,
+                // for the next run).
+                error!(sink = %self.name(), error = %e, "sink cannot start; giving up, the agent is stopping");
+                return false;
             }
+            error!(sink = %self.name(), error = %e, "sink cannot start; retrying");
+            backoff_or_stop(&mut backoff, &self.drain).await;
+        }
+        true
+    }
+
+    /// The sink's pipelining, within the open takes the channel allows.
+    fn bounds(&self) -> Pipelining {
+        let wanted = self.sink.pipelining();
+        let open_takes = self.channel.max_open_takes().unwrap_or(usize::MAX);
+        Pipelining {
+            max_batches: wanted.max_batches.min(open_takes).max(1),
+            max_events: wanted.max_events.max(1),
+            max_delay: wanted.max_delay,
+        }
+    }
+
+    /// One step: a flush when one is due, else the next take, sent to the sink.
+    async fn step(&mut self) -> Flow {
+        if self.flush_due() {
+            return self.flush().await;
+        }
+        if self.drain.is_triggered() && self.channel.is_empty() {
+            return Flow::Stop;
+        }
+        let Some(take) = self.take().await else {
+            return Flow::Continue;
         };
-        let n = take.events().len();
-        if n == 0 {
-            counters.batches_empty.inc();
+        if take.events().is_empty() {
             drop(take);
-            if let Err(e) = sink.idle().await {
-                warn!(sink = %name, error = %e, "sink idle work failed");
-            }
-            continue;
+            return self.nothing_ready().await;
         }
-        counters.drain_attempts.add(n as u64);
-        let delivered = sink
-            .deliver(SinkBatch {
+        self.send(take).await
+    }
+
+    /// Whether the batches in flight must be flushed before anything is taken: a bound is
+    /// reached, the channel has nothing more right now, or the agent stops and the channel is
+    /// empty (a channel that reports no size, such as kafka, is always empty).
+    fn flush_due(&self) -> bool {
+        !self.in_flight.is_empty()
+            && (self.in_flight.caught_up
+                || self.in_flight.reached(&self.pipelining)
+                || (self.drain.is_triggered() && self.channel.is_empty()))
+    }
+
+    /// The next take: waiting up to [`POLL_INTERVAL`] for events when nothing is in flight,
+    /// not at all otherwise. `None` when the agent began to stop meanwhile or the take failed.
+    async fn take(&mut self) -> Option<Box<dyn TakeTransaction>> {
+        let wait = if self.in_flight.is_empty() {
+            POLL_INTERVAL
+        } else {
+            Duration::ZERO
+        };
+        let take = tokio::select! {
+            take = self.channel.take(self.batch_size, wait) => take,
+            // Taking is cancel-safe: nothing leaves the channel until `take` returns.
+            _ = self.drain.wait(), if !self.drain.is_triggered() => return None,
+        };
+        match take {
+            Ok(take) => Some(take),
+            Err(e) => {
+                error!(sink = %self.name(), error = %e, "cannot take from channel");
+                if self.in_flight.is_empty() {
+                    back_off(&mut self.backoff).await;
+                } else {
+                    // What is in flight is flushed first; a failure that lasts then backs off.
+                    self.in_flight.caught_up = true;
+                }
+                None
+            }
+        }
+    }
+
+    /// An empty take: flush what is in flight, or let the sink do its idle work.
+    async fn nothing_ready(&mut self) -> Flow {
+        self.counters.batches_empty.inc();
+        if !self.in_flight.is_empty() {
+            return self.flush().await;
+        }
+        if let Err(e) = self.sink.idle().await {
+            warn!(sink = %self.name(), error = %e, "sink idle work failed");
+        }
+        Flow::Continue
+    }
+
+    /// Sends a batch to the sink; its take stays open until the next flush.
+    async fn send(&mut self, take: Box<dyn TakeTransaction>) -> Flow {
+        let n = take.events().len();
+        self.counters.drain_attempts.add(n as u64);
+        self.in_flight.since.get_or_insert_with(Instant::now);
+        let sent = self
+            .sink
+            .send(SinkBatch {
                 events: take.events(),
                 sequences: take.sequences(),
             })
             .await;
-        match delivered {
-            Ok(()) => {
-                if let Err(e) = take.commit().await {
-                    // The events were delivered but stay in the channel: they will be
-                    // delivered again (at-least-once), never lost.
-                    error!(sink = %name, error = %e, "cannot commit take");
-                    continue;
-                }
-                counters.drain_successes.add(n as u64);
-                failing_since = None;
-                if n == batch_size {
-                    counters.batches_complete.inc();
-                } else {
-                    counters.batches_underflow.inc();
-                }
-                backoff = MIN_BACKOFF;
-            }
-            Err(e) => {
-                counters.failures.add(n as u64);
-                error!(sink = %name, error = %e, events = n, "delivery failed; rolling back and retrying");
-                if let Err(e) = take.rollback().await {
-                    error!(sink = %name, error = %e, "cannot roll back take");
-                }
-                if drain.is_triggered() && channel.is_durable() {
-                    let failing = *failing_since.get_or_insert_with(tokio::time::Instant::now);
-                    if failing.elapsed() >= DRAIN_GRACE {
-                        // The events are safe in the channel for the next run; waiting on a
-                        // dead destination would keep the agent from stopping.
-                        warn!(sink = %name, "the sink keeps failing while the agent stops; its durable channel keeps the rest for the next run");
-                        break;
-                    }
-                }
-                back_off(&mut backoff).await;
-            }
+        let short = n < self.batch_size.min(self.channel.transaction_capacity());
+        self.in_flight.push(take, short);
+        match sent {
+            Ok(()) => Flow::Continue,
+            Err(e) => self.failed(e).await,
         }
     }
-    if let Err(e) = sink.stop().await {
-        error!(sink = %name, error = %e, "sink did not stop cleanly");
+
+    /// Flushes the sink, then commits the takes in flight, oldest first.
+    async fn flush(&mut self) -> Flow {
+        match self.sink.flush().await {
+            Ok(()) => {
+                self.commit().await;
+                Flow::Continue
+            }
+            Err(e) => self.failed(e).await,
+        }
     }
-    info!(sink = %name, "sink stopped");
+
+    /// Commits every take in flight, oldest first.
+    async fn commit(&mut self) {
+        let mut committed_all = true;
+        for take in self.in_flight.take_all() {
+            let n = take.events().len();
+            if let Err(e) = take.commit().await {
+                // The events were delivered but stay in the channel: they will be delivered
+                // again (at-least-once), never lost.
+                error!(sink = %self.name(), error = %e, "cannot commit take");
+                committed_all = false;
+                continue;
+            }
+            self.counters.drain_successes.add(n as u64);
+            if n == self.batch_size {
+                self.counters.batches_complete.inc();
+            } else {
+                self.counters.batches_underflow.inc();
+            }
+        }
+        if committed_all {
+            self.failing_since = None;
+            self.backoff = MIN_BACKOFF;
+        }
+    }
+
+    /// After a failed send or flush: rolls back every take in flight, newest first, so that
+    /// their events return to the front of the channel in channel order, then backs off.
+    async fn failed(&mut self, error: SinkError) -> Flow {
+        let events = self.in_flight.events;
+        self.counters.failures.add(events as u64);
+        error!(sink = %self.name(), error = %error, events, "delivery failed; rolling back and retrying");
+        let mut takes = self.in_flight.take_all();
+        while let Some(take) = takes.pop() {
+            if let Err(e) = take.rollback().await {
+                error!(sink = %self.name(), error = %e, "cannot roll back take");
+            }
+        }
+        if self.drain.is_triggered() && self.channel.is_durable() {
+            let failing = *self.failing_since.get_or_insert_with(Instant::now);
+            if failing.elapsed() >= DRAIN_GRACE {
+                // The events are safe in the channel for the next run; waiting on a dead
+                // destination would keep the agent from stopping.
+                warn!(sink = %self.name(), "the sink keeps failing while the agent stops; its durable channel keeps the rest for the next run");
+                return Flow::Stop;
+            }
+        }
+        back_off(&mut self.backoff).await;
+        Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    use ferry_channels::{MemoryChannel, MemoryChannelConfig};
+    use ferry_core::{ChannelError, Event, PutBatch, async_trait};
+
+    /// What happened, in order: `send e10`, `flush`, `commit e10`, `rollback e10`, ...
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    fn note(log: &Log, line: String) {
+        log.lock().unwrap().push(line);
+    }
+
+    fn first_body(events: &[Event]) -> String {
+        events
+            .first()
+            .map(|e| String::from_utf8_lossy(&e.body).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// A memory channel that notes each take's commit and rollback by its first event.
+    struct NotedChannel {
+        inner: MemoryChannel,
+        log: Log,
+        max_open_takes: Option<usize>,
+    }
+
+    struct NotedTake {
+        inner: Box<dyn TakeTransaction>,
+        log: Log,
+    }
+
+    #[async_trait]
+    impl Channel for NotedChannel {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        async fn put(&self, batch: PutBatch) -> Result<(), ChannelError> {
+            self.inner.put(batch).await
+        }
+        async fn try_put(&self, batch: PutBatch) -> Result<(), ChannelError> {
+            self.inner.try_put(batch).await
+        }
+        async fn take(
+            &self,
+            max: usize,
+            wait: Duration,
+        ) -> Result<Box<dyn TakeTransaction>, ChannelError> {
+            Ok(Box::new(NotedTake {
+                inner: self.inner.take(max, wait).await?,
+                log: Arc::clone(&self.log),
+            }))
+        }
+        fn transaction_capacity(&self) -> usize {
+            self.inner.transaction_capacity()
+        }
+        fn max_open_takes(&self) -> Option<usize> {
+            self.max_open_takes
+        }
+        fn is_durable(&self) -> bool {
+            false
+        }
+        fn len(&self) -> usize {
+            self.inner.len()
+        }
+        fn capacity(&self) -> usize {
+            self.inner.capacity()
+        }
+    }
+
+    #[async_trait]
+    impl TakeTransaction for NotedTake {
+        fn events(&self) -> &[Event] {
+            self.inner.events()
+        }
+        async fn commit(self: Box<Self>) -> Result<(), ChannelError> {
+            note(&self.log, format!("commit {}", first_body(self.events())));
+            self.inner.commit().await
+        }
+        async fn rollback(self: Box<Self>) -> Result<(), ChannelError> {
+            note(&self.log, format!("rollback {}", first_body(self.events())));
+            self.inner.rollback().await
+        }
+    }
+
+    /// A pipelining sink that notes sends and flushes and keeps the bodies each successful
+    /// flush made safe. It fails the flushes whose numbers (from 0) are in `failing_flushes`,
+    /// and each send takes `send_time`.
+    struct PipelinedSink {
+        log: Log,
+        pipelining: Pipelining,
+        failing_flushes: Vec<usize>,
+        send_time: Duration,
+        flushes: usize,
+        pending: Vec<String>,
+        delivered: Arc<Mutex<Vec<String>>>,
+    }
+
+    #[async_trait]
+    impl Sink for PipelinedSink {
+        async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+            self.send(batch).await?;
+            self.flush().await
+        }
+        async fn send(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+            note(&self.log, format!("send {}", first_body(batch.events)));
+            tokio::time::sleep(self.send_time).await;
+            self.pending.extend(
+                batch
+                    .events
+                    .iter()
+                    .map(|e| String::from_utf8_lossy(&e.body).into_owned()),
+            );
+            Ok(())
+        }
+        async fn flush(&mut self) -> Result<(), SinkError> {
+            let number = self.flushes;
+            self.flushes += 1;
+            if self.failing_flushes.contains(&number) {
+                note(&self.log, "flush failed".into());
+                self.pending.clear();
+                return Err(SinkError::Delivery("the destination is down".into()));
+            }
+            note(&self.log, "flush".into());
+            self.delivered.lock().unwrap().append(&mut self.pending);
+            Ok(())
+        }
+        fn pipelining(&self) -> Pipelining {
+            self.pipelining
+        }
+    }
+
+    /// A sink as written before pipelining: `deliver` only.
+    struct DeliveringSink {
+        log: Log,
+    }
+
+    #[async_trait]
+    impl Sink for DeliveringSink {
+        async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+            note(&self.log, format!("deliver {}", first_body(batch.events)));
+            Ok(())
+        }
+    }
+
+    fn pipelined(log: &Log, max_batches: usize) -> PipelinedSink {
+        PipelinedSink {
+            log: Arc::clone(log),
+            pipelining: Pipelining {
+                max_batches,
+                max_events: usize::MAX,
+                max_delay: Duration::from_secs(3600),
+            },
+            failing_flushes: Vec::new(),
+            send_time: Duration::ZERO,
+            flushes: 0,
+            pending: Vec::new(),
+            delivered: Arc::default(),
+        }
+    }
+
+    /// Runs `sink` over a memory channel holding `events` events `e0`, `e1`, ... until the
+    /// channel is drained; returns the runner's log and the sink's counters.
+    async fn drain_through(
+        sink: impl Sink,
+        log: &Log,
+        events: usize,
+        max_open_takes: Option<usize>,
+    ) -> ComponentMetrics {
+        let inner = MemoryChannel::new(
+            "buffer",
+            &MemoryChannelConfig {
+                capacity: 1000,
+                transaction_capacity: 10,
+                byte_capacity: None,
+            },
+        );
+        let channel = NotedChannel {
+            inner,
+            log: Arc::clone(log),
+            max_open_takes,
+        };
+        let bodies: Vec<Event> = (0..events)
+            .map(|i| Event::from_body(format!("e{i}")))
+            .collect();
+        for chunk in bodies.chunks(10) {
+            channel
+                .put(PutBatch {
+                    source: "test".into(),
+                    events: chunk.to_vec(),
+                    checkpoint: None,
+                    ack: None,
+                })
+                .await
+                .unwrap();
+        }
+        let metrics = ComponentMetrics::new("sink", "runner-test");
+        let ctx = SinkContext {
+            name: "runner-test".into(),
+            metrics: metrics.clone(),
+            state: None,
+        };
+        let drain = Shutdown::new();
+        // Draining from the start: the runner delivers what the channel holds, then stops.
+        drain.trigger();
+        SinkRunner::new(ctx, Box::new(sink), Arc::new(channel), 10, drain)
+            .run()
+            .await;
+        metrics
+    }
+
+    fn lines(log: &Log) -> Vec<String> {
+        log.lock().unwrap().clone()
+    }
+
+    fn expected(steps: &[&str]) -> Vec<String> {
+        steps
+            .iter()
+            .flat_map(|step| step.split(", "))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keeps_several_batches_in_flight_and_commits_them_in_order() {
+        let log = Log::default();
+        let sink = pipelined(&log, 4);
+        let delivered = Arc::clone(&sink.delivered);
+        let metrics = drain_through(sink, &log, 95, None).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "send e0, send e10, send e20, send e30, flush",
+                "commit e0, commit e10, commit e20, commit e30",
+                "send e40, send e50, send e60, send e70, flush",
+                "commit e40, commit e50, commit e60, commit e70",
+                // The take of e90 comes back short: flushed at once, nothing more taken.
+                "send e80, send e90, flush, commit e80, commit e90",
+            ])
+        );
+        let all: Vec<String> = (0..95).map(|i| format!("e{i}")).collect();
+        assert_eq!(*delivered.lock().unwrap(), all);
+        assert_eq!(metrics.counter("BatchCompleteCount").get(), 9);
+        assert_eq!(metrics.counter("BatchUnderflowCount").get(), 1);
+        assert_eq!(metrics.counter("BatchEmptyCount").get(), 0);
+        assert_eq!(metrics.counter("EventDrainSuccessCount").get(), 95);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn flushes_when_the_channel_has_nothing_more_ready() {
+        let log = Log::default();
+        let metrics = drain_through(pipelined(&log, 4), &log, 60, None).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "send e0, send e10, send e20, send e30, flush",
+                "commit e0, commit e10, commit e20, commit e30",
+                // A full take, then an empty one: what is in flight is flushed.
+                "send e40, send e50, flush, commit e40, commit e50",
+            ])
+        );
+        assert_eq!(metrics.counter("BatchEmptyCount").get(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rolls_back_every_batch_in_flight_newest_first_after_a_failed_flush() {
+        let log = Log::default();
+        let mut sink = pipelined(&log, 3);
+        sink.failing_flushes = vec![0];
+        let delivered = Arc::clone(&sink.delivered);
+        let metrics = drain_through(sink, &log, 40, None).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "send e0, send e10, send e20, flush failed",
+                "rollback e20, rollback e10, rollback e0",
+                // The same events again, in their order.
+                "send e0, send e10, send e20, flush, commit e0, commit e10, commit e20",
+                "send e30, flush, commit e30",
+            ])
+        );
+        let all: Vec<String> = (0..40).map(|i| format!("e{i}")).collect();
+        assert_eq!(*delivered.lock().unwrap(), all);
+        assert_eq!(metrics.counter("EventWriteFailCount").get(), 30);
+        assert_eq!(metrics.counter("EventDrainAttemptCount").get(), 70);
+        assert_eq!(metrics.counter("EventDrainSuccessCount").get(), 40);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn flushes_once_the_longest_delay_since_the_first_send_passed() {
+        let log = Log::default();
+        let mut sink = pipelined(&log, 100);
+        sink.pipelining.max_delay = Duration::from_secs(1);
+        sink.send_time = Duration::from_millis(300);
+        drain_through(sink, &log, 60, None).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                // 1.2 s after the first send: a flush.
+                "send e0, send e10, send e20, send e30, flush",
+                "commit e0, commit e10, commit e20, commit e30",
+                "send e40, send e50, flush, commit e40, commit e50",
+            ])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn flushes_once_the_most_events_are_in_flight() {
+        let log = Log::default();
+        let mut sink = pipelined(&log, 100);
+        sink.pipelining.max_events = 25;
+        drain_through(sink, &log, 40, None).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "send e0, send e10, send e20, flush, commit e0, commit e10, commit e20",
+                "send e30, flush, commit e30",
+            ])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_channel_with_one_open_take_gets_one_batch_in_flight() {
+        let log = Log::default();
+        drain_through(pipelined(&log, 4), &log, 30, Some(1)).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "send e0, flush, commit e0",
+                "send e10, flush, commit e10",
+                "send e20, flush, commit e20",
+            ])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sink_that_only_delivers_runs_one_batch_at_a_time() {
+        let log = Log::default();
+        let sink = DeliveringSink {
+            log: Arc::clone(&log),
+        };
+        drain_through(sink, &log, 30, None).await;
+        assert_eq!(
+            lines(&log),
+            expected(&["deliver e0, commit e0, deliver e10, commit e10, deliver e20, commit e20"])
+        );
+    }
+
+    /// A file channel whose take commits never end once `crash` is set, as if the agent were
+    /// killed right after the sink's flush; `reached` is notified there.
+    struct CrashingChannel {
+        inner: Arc<dyn Channel>,
+        crash: bool,
+        reached: Arc<tokio::sync::Notify>,
+    }
+
+    struct CrashingTake {
+        inner: Box<dyn TakeTransaction>,
+        crash: bool,
+        reached: Arc<tokio::sync::Notify>,
+    }
+
+    #[async_trait]
+    impl Channel for CrashingChannel {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        async fn start(&self) -> Result<(), ChannelError> {
+            self.inner.start().await
+        }
+        async fn put(&self, batch: PutBatch) -> Result<(), ChannelError> {
+            self.inner.put(batch).await
+        }
+        async fn try_put(&self, batch: PutBatch) -> Result<(), ChannelError> {
+            self.inner.try_put(batch).await
+        }
+        async fn take(
+            &self,
+            max: usize,
+            wait: Duration,
+        ) -> Result<Box<dyn TakeTransaction>, ChannelError> {
+            Ok(Box::new(CrashingTake {
+                inner: self.inner.take(max, wait).await?,
+                crash: self.crash,
+                reached: Arc::clone(&self.reached),
+            }))
+        }
+        fn transaction_capacity(&self) -> usize {
+            self.inner.transaction_capacity()
+        }
+        fn is_durable(&self) -> bool {
+            self.inner.is_durable()
+        }
+        fn len(&self) -> usize {
+            self.inner.len()
+        }
+        fn capacity(&self) -> usize {
+            self.inner.capacity()
+        }
+    }
+
+    #[async_trait]
+    impl TakeTransaction for CrashingTake {
+        fn events(&self) -> &[Event] {
+            self.inner.events()
+        }
+        fn sequences(&self) -> Option<&[u64]> {
+            self.inner.sequences()
+        }
+        async fn commit(self: Box<Self>) -> Result<(), ChannelError> {
+            if self.crash {
+                self.reached.notify_one();
+                std::future::pending::<()>().await;
+            }
+            self.inner.commit().await
+        }
+        async fn rollback(self: Box<Self>) -> Result<(), ChannelError> {
+            self.inner.rollback().await
+        }
+    }
+
+    fn file_channel(
+        dir: &std::path::Path,
+        crash: bool,
+    ) -> (CrashingChannel, Arc<tokio::sync::Notify>) {
+        let mut registry = ferry_core::Registry::new();
+        ferry_channels::register(&mut registry);
+        let yaml = format!(
+            "data_dir: {}\ncapacity: 100000\ntransaction_capacity: 1000",
+            dir.display()
+        );
+        let cfg = ferry_core::ComponentConfig::from_yaml(
+            ferry_core::ComponentKind::Channel,
+            "durable",
+            "file",
+            &yaml,
+        )
+        .unwrap();
+        let inner = (registry.channel("file").unwrap())(&cfg).unwrap();
+        let reached = Arc::new(tokio::sync::Notify::new());
+        let channel = CrashingChannel {
+            inner,
+            crash,
+            reached: Arc::clone(&reached),
+        };
+        (channel, reached)
+    }
+
+    fn kafka_sink(bootstrap: &str) -> Box<dyn Sink> {
+        let yaml = format!(
+            "bootstrap_servers: {bootstrap}\ntopic: out\ndelivery: exactly_once\n\
+             transactional_id: edge\ntransaction_max_events: 3000\ntransaction_max_delay: 1h"
+        );
+        let cfg = ferry_core::ComponentConfig::from_yaml(
+            ferry_core::ComponentKind::Sink,
+            "to_kafka",
+            "kafka",
+            &yaml,
+        )
+        .unwrap();
+        Box::new(ferry_sinks::kafka::KafkaSink::build(&cfg).unwrap())
+    }
+
+    fn runner(channel: CrashingChannel, sink: Box<dyn Sink>, drain: Shutdown) -> SinkRunner {
+        let ctx = SinkContext {
+            name: "to_kafka".into(),
+            metrics: ComponentMetrics::new("sink", "to_kafka"),
+            state: None,
+        };
+        SinkRunner::new(ctx, sink, Arc::new(channel), 1000, drain)
+    }
+
+    /// Bodies a read_committed consumer finds in `topic`, and the progress the sink's group
+    /// committed, once nothing more arrives.
+    fn read_back(bootstrap: &str, topic: &str) -> (Vec<String>, String) {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::message::Message;
+        use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "reader")
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, Offset::Beginning)
+            .unwrap();
+        consumer.assign(&tpl).unwrap();
+        let mut bodies = Vec::new();
+        let mut quiet = 0;
+        while quiet < 10 {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    quiet = 0;
+                    bodies.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into());
+                }
+                _ => quiet += 1,
+            }
+        }
+        let progress: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "edge")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition("ferry-sink-progress", 0);
+        let committed = progress
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .unwrap();
+        let runs = committed
+            .find_partition("ferry-sink-progress", 0)
+            .map(|e| e.metadata().to_owned())
+            .unwrap_or_default();
+        (bodies, runs)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_after_a_transaction_of_several_batches_repeats_none_of_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = ferry_broker::Broker::start(ferry_broker::BrokerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().join("broker"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let bootstrap = broker.local_addr().to_string();
+        let channel_dir = dir.path().join("agent");
+
+        // 5000 events in the channel; the first transaction holds three batches of 1000.
+        let (channel, reached) = file_channel(&channel_dir, true);
+        channel.start().await.unwrap();
+        let events: Vec<Event> = (0..5000)
+            .map(|i| Event::from_body(format!("e{i}")))
+            .collect();
+        for chunk in events.chunks(1000) {
+            channel
+                .put(PutBatch {
+                    source: "test".into(),
+                    events: chunk.to_vec(),
+                    checkpoint: None,
+                    ack: None,
+                })
+                .await
+                .unwrap();
+        }
+        // The agent dies once that transaction committed, before any take did.
+        let first = tokio::spawn(runner(channel, kafka_sink(&bootstrap), Shutdown::new()).run());
+        tokio::time::timeout(Duration::from_secs(60), reached.notified())
+            .await
+            .unwrap();
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        let (bodies, runs) = read_back(&bootstrap, "out");
+        assert_eq!(bodies.len(), 3000);
+        let (low, high) = runs.split_once('-').unwrap();
+        let (low, high): (u64, u64) = (low.parse().unwrap(), high.parse().unwrap());
+        assert_eq!(
+            high - low + 1,
+            3000,
+            "the progress names all three batches: {runs}"
+        );
+
+        // The next run finds every event in the channel again and delivers each once.
+        let (channel, _) = file_channel(&channel_dir, false);
+        channel.start().await.unwrap();
+        assert_eq!(channel.len(), 5000);
+        let drain = Shutdown::new();
+        drain.trigger();
+        runner(channel, kafka_sink(&bootstrap), drain).run().await;
+        let (bodies, _) = read_back(&bootstrap, "out");
+        let all: Vec<String> = (0..5000).map(|i| format!("e{i}")).collect();
+        assert_eq!(bodies, all);
+        broker.shutdown().await;
+    }
 }

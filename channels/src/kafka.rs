@@ -17,8 +17,9 @@
 //! - **parse_as_flume_event** (default `true`): Flume headers travel as Kafka record headers;
 //!   `false` writes bodies only and reads records of any producer as bodies.
 //!
-//! One take is open at a time (a sink runner's take waits for the previous one to end), and
-//! puts go one transaction at a time.
+//! One take is open at a time: a further take waits for the previous one to end, so a sink
+//! runner keeps at most one batch in flight here (`max_open_takes`). Puts go one transaction
+//! at a time.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -553,6 +554,11 @@ impl Channel for KafkaChannel {
 
     fn transaction_capacity(&self) -> usize {
         self.config.transaction_capacity
+    }
+
+    /// The consumer belongs to the open take until it commits or rolls back.
+    fn max_open_takes(&self) -> Option<usize> {
+        Some(1)
     }
 
     fn is_durable(&self) -> bool {

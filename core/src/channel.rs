@@ -88,6 +88,12 @@ pub trait Channel: Send + Sync + 'static {
     ) -> Result<Box<dyn TakeTransaction>, ChannelError>;
     /// Most events one put or take may carry.
     fn transaction_capacity(&self) -> usize;
+    /// Most take transactions that may be open at once, when the channel has a limit (a
+    /// further `take` waits until one ends). A sink runner keeping several batches in flight
+    /// ([`crate::sink::Pipelining`]) holds at most this many. Default: no limit.
+    fn max_open_takes(&self) -> Option<usize> {
+        None
+    }
     /// Whether a put commits the source checkpoint together with the events.
     fn is_durable(&self) -> bool;
     /// Events stored now, including those held by open take transactions.

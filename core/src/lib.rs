@@ -49,7 +49,7 @@ pub use interceptor::Interceptor;
 pub use metrics::{ComponentMetrics, Counter};
 pub use registry::Registry;
 pub use shutdown::Shutdown;
-pub use sink::{Sink, SinkBatch, SinkContext, SinkError};
+pub use sink::{Pipelining, Sink, SinkBatch, SinkContext, SinkError};
 pub use source::{Source, SourceContext, SourceError};
 
 /// This machine's host name, or `localhost` if the system does not say (for the `host`

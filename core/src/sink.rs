@@ -1,4 +1,16 @@
 //! Sinks: deliver batches taken from a channel to their destination.
+//!
+//! The runner drives a sink in one of two ways, chosen by the sink's [`Sink::pipelining`]:
+//!
+//! - **one batch at a time** (the default): take, [`Sink::send`] (which by default is
+//!   [`Sink::deliver`]), commit the take; the next take waits.
+//! - **pipelined**: take, `send`, take the next batch and `send` it while the earlier ones are
+//!   still on their way, ..., then [`Sink::flush`] once a bound of [`Pipelining`] is reached
+//!   (or the channel has nothing more right now), then commit every take, oldest first. If a
+//!   `send` or the `flush` fails, every take since the last flush is rolled back (newest first,
+//!   so the events return in channel order) and sent again after a backoff.
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -54,11 +66,56 @@ pub struct SinkContext {
     pub state: Option<StateStore>,
 }
 
+/// How many batches a sink lets the runner keep in flight: sent with [`Sink::send`] but not
+/// yet made safe by [`Sink::flush`]. The runner flushes as soon as any bound is reached.
+///
+/// The default, [`Pipelining::ONE_BATCH`], flushes after every batch: each take is committed
+/// before the next is taken.
+///
+/// ```
+/// use std::time::Duration;
+/// use ferry_core::sink::Pipelining;
+/// let pipelining = Pipelining {
+///     max_batches: 16,
+///     max_events: 10_000,
+///     max_delay: Duration::from_millis(100),
+/// };
+/// assert!(pipelining.max_batches > Pipelining::ONE_BATCH.max_batches);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pipelining {
+    /// Most batches in flight (at least 1). The channel may allow fewer open takes
+    /// ([`crate::Channel::max_open_takes`]); the smaller number applies.
+    pub max_batches: usize,
+    /// Most events in flight: the runner flushes once the batches sent hold this many.
+    pub max_events: usize,
+    /// Longest time between the first `send` after a flush and the next flush.
+    pub max_delay: Duration,
+}
+
+impl Pipelining {
+    /// One batch in flight: every batch is flushed and its take committed before the next
+    /// take, which is how a sink that only implements [`Sink::deliver`] is run.
+    pub const ONE_BATCH: Pipelining = Pipelining {
+        max_batches: 1,
+        max_events: usize::MAX,
+        max_delay: Duration::MAX,
+    };
+}
+
+impl Default for Pipelining {
+    fn default() -> Self {
+        Self::ONE_BATCH
+    }
+}
+
 /// A destination for events.
 ///
-/// The runtime calls `start` once, then `deliver` for each batch (`Ok` commits the take,
-/// `Err` rolls it back and retries later), `idle` when no events came within the poll
-/// interval, and `stop` when draining is complete.
+/// The runtime calls `start` once, then `send` for each batch and `flush` to make the batches
+/// sent safe (`Ok` commits their takes, `Err` rolls them back and retries later), `idle` when
+/// no events came within the poll interval, and `stop` when draining is complete. A sink that
+/// only implements `deliver` is run one batch at a time: `send` delivers, `flush` has nothing
+/// left to do.
 ///
 /// ```
 /// use ferry_core::{async_trait, Sink, SinkBatch, SinkError};
@@ -85,6 +142,24 @@ pub trait Sink: Send + 'static {
     }
     /// Delivers a batch; returns only once it is safe at the destination.
     async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError>;
+    /// Starts delivering a batch; it need not be safe yet when this returns, only once
+    /// [`Self::flush`] returns `Ok`. The sink must not keep borrows of the batch (copy what it
+    /// still needs). On `Err` the sink must have discarded everything sent since the last
+    /// flush, as for a failed flush. Default: [`Self::deliver`].
+    async fn send(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+        self.deliver(batch).await
+    }
+    /// Makes every batch sent since the last flush safe at the destination. On `Err` the sink
+    /// must have discarded or aborted all of them: the runner rolls their takes back and
+    /// sends the same events again. Default: nothing to do (`send` delivered).
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+    /// How many batches may be in flight between flushes. Asked once after `start`.
+    /// Default: [`Pipelining::ONE_BATCH`].
+    fn pipelining(&self) -> Pipelining {
+        Pipelining::ONE_BATCH
+    }
     /// Called when no events arrived for a while (to roll files by time, flush, ...).
     async fn idle(&mut self) -> Result<(), SinkError> {
         Ok(())

@@ -2,37 +2,54 @@
 //! bundled broker or any Kafka cluster. Flume headers travel as Kafka record headers; the
 //! record key comes from the `key_header` header.
 //!
-//! `delivery: at_least_once` (the default): an idempotent producer; a batch is delivered when
-//! every record of it was acknowledged (`acks`); if any fails, the batch is rolled back and
-//! sent again, so a crash between the acknowledgement and the take commit repeats it.
+//! The sink pipelines: [`Sink::send`] queues the records of a channel batch on the producer
+//! and returns, so the runner takes the next batch while Kafka acknowledges the earlier ones;
+//! [`Sink::flush`] waits until every record sent since the last flush is safe. The runner
+//! flushes once `transaction_max_events` events are in flight, `transaction_max_delay` after
+//! the first send, or when the channel has nothing more ready, and only then commits the takes.
+//! Each record carries a clone of one shared counter of the records sent since the last flush;
+//! librdkafka's delivery callback counts it down and keeps the first failure, so a flush waits
+//! on one counter, not on a future per record.
 //!
-//! `delivery: exactly_once` (needs a durable channel): each batch is one Kafka transaction,
-//! which also commits, with `send_offsets_to_transaction`, the channel sequence numbers of the
-//! batch (as runs `first-last,...` in the metadata of the offset of partition 0 of
-//! `progress_topic` for the consumer group `transactional_id`). The records and the progress
-//! become visible together or not at all. Before its first batch, and after any failure, the
-//! sink initialises its transactional producer (which fences an older instance and settles its
-//! open transaction) and reads that progress back: the events of that batch were delivered by
-//! a transaction that committed before the take could, and are skipped when the channel gives
-//! them again. Only that batch is skipped, never "everything below", so other sinks sharing the
-//! channel and rolled-back takes are safe. Only standard Kafka APIs are used, so this works the
-//! same against any Kafka cluster.
+//! `delivery: at_least_once` (the default): an idempotent producer; a flush succeeds when
+//! every record sent since the last one was acknowledged (`acks`); if any fails, every batch
+//! since the last flush is rolled back and sent again, so a failure, or a crash between the
+//! acknowledgement and the take commits, repeats them.
+//!
+//! `delivery: exactly_once` (needs a durable channel): the batches sent between two flushes go
+//! in one Kafka transaction, which also commits, with `send_offsets_to_transaction`, the
+//! channel sequence numbers of all of them, those skipped included (as runs `first-last,...`
+//! in the metadata of the offset of partition 0 of `progress_topic` for the consumer group
+//! `transactional_id`). The records and the progress become visible together or not at all;
+//! a failed send or flush aborts the transaction, and the runner sends its batches again.
+//! Before its first batch, and after any failure, the sink initialises its transactional
+//! producer (which fences an older instance and settles its open transaction) and reads that
+//! progress back: the events of those batches were delivered by a transaction that committed
+//! before their takes could, and are skipped when the channel gives them again, however the
+//! channel groups them into batches this time. Only the last committed transaction's events
+//! are skipped, never "everything below", so other sinks sharing the channel and rolled-back
+//! takes are safe. Only standard Kafka APIs are used, so this works the same against any
+//! Kafka cluster.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ferry_core::{
-    ComponentConfig, ConfigError, Event, Sink, SinkBatch, SinkContext, SinkError, async_trait,
+    ComponentConfig, ConfigError, Event, Pipelining, Sink, SinkBatch, SinkContext, SinkError,
+    async_trait,
 };
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Deserialize;
+use tokio::sync::Notify;
 
 /// Options of the `kafka` sink.
 #[derive(Debug, Clone, Deserialize)]
@@ -87,6 +104,19 @@ pub struct KafkaSinkConfig {
     /// one partition if missing). Default `ferry-sink-progress`.
     #[serde(default = "default_progress_topic")]
     pub progress_topic: String,
+    /// Most events sent before the sink waits for them to be safe: with `exactly_once`, the
+    /// most in one Kafka transaction (which then holds several channel batches, 100 at most);
+    /// with `at_least_once`, the most awaiting acknowledgement. Default `10000`.
+    #[serde(default = "default_transaction_max_events")]
+    pub transaction_max_events: usize,
+    /// Longest time from the first batch sent until the sink waits for it to be safe and
+    /// commits (the transaction, with `exactly_once`). Default `100ms`, Kafka Streams'
+    /// `commit.interval.ms` under exactly-once.
+    #[serde(
+        default = "default_transaction_max_delay",
+        with = "ferry_core::config::duration"
+    )]
+    pub transaction_max_delay: Duration,
 }
 
 /// The delivery guarantee of the kafka sink.
@@ -125,19 +155,147 @@ fn default_compression() -> String {
 fn default_linger() -> Duration {
     Duration::from_millis(5)
 }
+fn default_transaction_max_events() -> usize {
+    10_000
+}
+fn default_transaction_max_delay() -> Duration {
+    Duration::from_millis(100)
+}
+
+/// The records sent since the last flush that Kafka has not yet reported on, and the first
+/// failure among them. Every record carries a clone of the `Arc` as its delivery opaque (a
+/// reference count, not an allocation); [`DeliveryReports`] counts it down.
+#[derive(Debug, Default)]
+struct Deliveries {
+    outstanding: AtomicUsize,
+    /// A waiter wants waking once `outstanding` is at most this.
+    wake_at: AtomicUsize,
+    failed: AtomicBool,
+    /// The first failure; locked only when a record fails and when a waiter reports it.
+    failure: Mutex<Option<KafkaError>>,
+    woken: Notify,
+}
+
+impl Deliveries {
+    /// A record is about to be queued.
+    fn sending(&self) {
+        self.outstanding.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A record counted by [`Self::sending`] was refused, so no report will come for it.
+    fn refused(&self) {
+        self.outstanding.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Kafka's report on one record (from librdkafka's polling thread).
+    fn reported(&self, failure: Option<&KafkaError>) {
+        if let Some(error) = failure {
+            let mut first = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+            first.get_or_insert_with(|| error.clone());
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        let left = self
+            .outstanding
+            .fetch_sub(1, Ordering::SeqCst)
+            .saturating_sub(1);
+        if left <= self.wake_at.load(Ordering::SeqCst) || failure.is_some() {
+            self.woken.notify_waiters();
+        }
+    }
+
+    /// Waits until at most `target` records are outstanding; fails as soon as one failed.
+    async fn fallen_to(&self, target: usize) -> Result<(), SinkError> {
+        self.wake_at.store(target, Ordering::SeqCst);
+        loop {
+            // Registered before looking, so a report between the look and the wait wakes it.
+            let woken = self.woken.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.failed.load(Ordering::SeqCst)
+                || self.outstanding.load(Ordering::SeqCst) <= target
+            {
+                break;
+            }
+            woken.await;
+        }
+        self.wake_at.store(0, Ordering::SeqCst);
+        self.failure()
+    }
+
+    /// The producer's queue is full: waits until half the outstanding records are reported,
+    /// or 10 ms at most (the queue may hold records of earlier flushes, counted elsewhere).
+    async fn room(&self) -> Result<(), SinkError> {
+        let outstanding = self.outstanding.load(Ordering::SeqCst);
+        let wait = Duration::from_millis(10);
+        if outstanding == 0 {
+            tokio::time::sleep(wait).await;
+        } else {
+            let _ = tokio::time::timeout(wait, self.fallen_to(outstanding / 2)).await;
+        }
+        self.wake_at.store(0, Ordering::SeqCst);
+        self.failure()
+    }
+
+    fn failure(&self) -> Result<(), SinkError> {
+        if !self.failed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let first = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        match &*first {
+            Some(error) => Err(kafka_error("record not acknowledged", error.clone())),
+            None => Err(SinkError::Delivery("record not acknowledged".into())),
+        }
+    }
+}
+
+/// The producer's context: hands each delivery report to the record's [`Deliveries`].
+struct DeliveryReports;
+
+impl ClientContext for DeliveryReports {}
+
+impl ProducerContext for DeliveryReports {
+    type DeliveryOpaque = Arc<Deliveries>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, deliveries: Arc<Deliveries>) {
+        deliveries.reported(result.as_ref().err().map(|(error, _)| error));
+    }
+}
+
+/// The producer the sink writes with: librdkafka's, with a thread serving its reports.
+type KafkaProducer = ThreadedProducer<DeliveryReports>;
+
+/// With `exactly_once`: what was sent since the last flush.
+#[derive(Debug)]
+struct Transaction {
+    /// Whether a Kafka transaction was begun: not while every event sent was already
+    /// delivered by the last committed one.
+    begun: bool,
+    /// Every channel sequence number of the batches sent, skipped ones included.
+    runs: Runs,
+    records: usize,
+    batches: usize,
+    started: Instant,
+}
 
 /// The Kafka sink.
 pub struct KafkaSink {
     config: KafkaSinkConfig,
     client: ClientConfig,
-    producer: Option<FutureProducer>,
+    /// Whether `topic` holds `%{header}` references (else no event needs its own topic name).
+    topic_is_template: bool,
+    producer: Option<KafkaProducer>,
+    /// The records sent since the last flush.
+    deliveries: Arc<Deliveries>,
     /// With `exactly_once`: the transactional id (also the progress group) once started.
     transactional_id: Option<String>,
-    /// With `exactly_once`: the channel sequence numbers of the last batch delivered, as runs
-    /// (first, last), read back from the progress group; `None` until the producer is ready.
+    /// With `exactly_once`: the channel sequence numbers the last committed transaction
+    /// delivered, as runs, read back from the progress group; `None` until the producer is
+    /// ready.
     delivered: Option<Runs>,
     /// With `exactly_once`: a consumer of the progress group, for its group metadata.
     progress: Option<Arc<BaseConsumer>>,
+    /// With `exactly_once`: the transaction filled since the last flush.
+    open: Option<Transaction>,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -157,6 +315,12 @@ impl KafkaSink {
         }
         if config.topic.is_empty() {
             return Err(cfg.error_at("topic", "`topic` is empty"));
+        }
+        if config.transaction_max_events == 0 {
+            return Err(cfg.error_at(
+                "transaction_max_events",
+                "`transaction_max_events` must be at least 1",
+            ));
         }
         cfg.check_one_of("acks", &config.acks, &["0", "1", "all", "-1"])?;
         cfg.check_one_of(
@@ -191,39 +355,53 @@ impl KafkaSink {
             client.set(key, value);
         }
         Ok(Self {
+            topic_is_template: config.topic.contains("%{"),
             config,
             client,
             producer: None,
+            deliveries: Arc::default(),
             transactional_id: None,
             delivered: None,
             progress: None,
+            open: None,
         })
     }
 
     /// The topic of `event`: the override header, or the template with headers filled in.
-    fn topic_of(&self, event: &Event) -> String {
+    /// Only a template makes a new string.
+    fn topic_of<'a>(&'a self, event: &'a Event) -> Cow<'a, str> {
         if self.config.allow_topic_override
             && let Some(topic) = event.headers.get(&self.config.topic_header)
         {
-            return topic.clone();
+            return Cow::Borrowed(topic);
         }
-        fill_template(&self.config.topic, event)
+        if self.topic_is_template {
+            Cow::Owned(fill_template(&self.config.topic, event))
+        } else {
+            Cow::Borrowed(&self.config.topic)
+        }
     }
 
     /// The partition the header names; a value that is not a partition number is logged and
     /// ignored (failing the batch would retry it forever).
-    fn partition_of(&self, event: &Event) -> Result<Option<i32>, SinkError> {
+    fn partition_of(&self, event: &Event) -> Option<i32> {
         let Some(header) = &self.config.partition_id_header else {
-            return Ok(self.config.default_partition_id);
+            return self.config.default_partition_id;
         };
         match event.headers.get(header).map(|v| (v, v.parse::<i32>())) {
-            Some((_, Ok(partition))) if partition >= 0 => Ok(Some(partition)),
+            Some((_, Ok(partition))) if partition >= 0 => Some(partition),
             Some((value, _)) => {
                 tracing::warn!(header = %header, value = %value, "not a partition number; the default partitioning applies");
-                Ok(self.config.default_partition_id)
+                self.config.default_partition_id
             }
-            None => Ok(self.config.default_partition_id),
+            None => self.config.default_partition_id,
         }
+    }
+
+    fn new_producer(&self, client: &ClientConfig) -> Result<KafkaProducer, SinkError> {
+        client
+            .create_with_context(DeliveryReports)
+            .map_err(|e| kafka_error("creating the Kafka producer", e))
     }
 }
 
@@ -253,6 +431,24 @@ fn kafka_error(context: &str, error: KafkaError) -> SinkError {
     SinkError::Delivery(format!("{context}: {error}"))
 }
 
+/// The Kafka record headers of `event`'s Flume headers.
+fn headers_of(event: &Event) -> OwnedHeaders {
+    let mut headers = OwnedHeaders::new_with_capacity(event.headers.len());
+    for (key, value) in &event.headers {
+        headers = headers.insert(Header {
+            key,
+            value: Some(value.as_bytes()),
+        });
+    }
+    headers
+}
+
+/// Most channel batches in flight (in one transaction, with `exactly_once`). Each batch adds
+/// at least one run `first-last` to the transaction's progress record; when sinks sharing a
+/// channel interleave their takes, every batch adds one, and the record must fit Kafka's
+/// `offset.metadata.max.bytes` (4096 by default): 100 runs of 12-digit numbers do.
+const MAX_BATCHES_IN_FLIGHT: usize = 100;
+
 /// How long a transactional call waits before failing the batch (it is retried).
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -268,11 +464,73 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl KafkaSink {
+    /// Queues a record for each of `events` on `producer`, counted in `self.deliveries`.
+    async fn queue<'a>(
+        &'a self,
+        producer: &KafkaProducer,
+        events: impl Iterator<Item = &'a Event> + Send,
+    ) -> Result<(), SinkError> {
+        for event in events {
+            let topic = self.topic_of(event);
+            let mut record = BaseRecord::with_opaque_to(&topic, Arc::clone(&self.deliveries))
+                .payload(&event.body[..]);
+            if !event.headers.is_empty() {
+                record = record.headers(headers_of(event));
+            }
+            if let Some(key) = event.headers.get(&self.config.key_header) {
+                record = record.key(key.as_bytes());
+            }
+            if let Some(partition) = self.partition_of(event) {
+                record = record.partition(partition);
+            }
+            self.deliveries.sending();
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        // The local queue is full: wait for reports, then try the record again.
+                        record = back;
+                        if let Err(error) = self.deliveries.room().await {
+                            self.deliveries.refused();
+                            return Err(error);
+                        }
+                    }
+                    Err((error, _)) => {
+                        self.deliveries.refused();
+                        return Err(kafka_error(&format!("sending to {topic}"), error));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// With `at_least_once`: queues the batch's records.
+    async fn send_at_least_once(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+        let producer = match &self.producer {
+            Some(producer) => producer.clone(),
+            // Replacing a fatally failed producer failed: try again.
+            None => {
+                let producer = self.new_producer(&self.client)?;
+                self.producer = Some(producer.clone());
+                producer
+            }
+        };
+        self.queue(&producer, batch.events.iter()).await
+    }
+
+    /// With `at_least_once`: waits until every record sent since the last flush is
+    /// acknowledged.
+    async fn acknowledged(&mut self) -> Result<(), SinkError> {
+        let deliveries = std::mem::take(&mut self.deliveries);
+        deliveries.fallen_to(0).await
+    }
+
     /// With `exactly_once`: a transactional producer, initialised (fencing an older instance
     /// and settling its open transaction), and the progress read back from the group.
-    async fn ready_exactly_once(&mut self) -> Result<(FutureProducer, Runs), SinkError> {
-        if let (Some(producer), Some(delivered)) = (&self.producer, &self.delivered) {
-            return Ok((producer.clone(), delivered.clone()));
+    async fn ready_exactly_once(&mut self) -> Result<KafkaProducer, SinkError> {
+        if let (Some(producer), Some(_)) = (&self.producer, &self.delivered) {
+            return Ok(producer.clone());
         }
         let id = self.transactional_id.clone().unwrap_or_default();
         let topic = self.config.progress_topic.clone();
@@ -280,9 +538,7 @@ impl KafkaSink {
         ensure_topic(&bootstrap, &topic).await?;
         let mut client = self.client.clone();
         client.set("transactional.id", &id);
-        let producer: FutureProducer = client
-            .create()
-            .map_err(|e| kafka_error("creating the transactional producer", e))?;
+        let producer = self.new_producer(&client)?;
         let p = producer.clone();
         blocking("initialising the transactional producer", move || {
             p.init_transactions(TXN_TIMEOUT)
@@ -294,63 +550,13 @@ impl KafkaSink {
         self.progress = Some(Arc::new(progress));
         tracing::info!(transactional_id = %id, last_delivered = %encode_runs(&delivered), "kafka sink ready for exactly-once delivery");
         self.producer = Some(producer.clone());
-        self.delivered = Some(delivered.clone());
-        Ok((producer, delivered))
+        self.delivered = Some(delivered);
+        Ok(producer)
     }
 
-    /// Queues every record of `events` on `producer`; returns their delivery futures.
-    async fn send_all(
-        &self,
-        producer: &FutureProducer,
-        events: impl Iterator<Item = &Event>,
-    ) -> Result<Vec<DeliveryFuture>, SinkError> {
-        let mut pending: Vec<DeliveryFuture> = Vec::new();
-        for event in events {
-            let topic = self.topic_of(event);
-            let partition = self.partition_of(event)?;
-            let mut headers = OwnedHeaders::new_with_capacity(event.headers.len());
-            for (key, value) in &event.headers {
-                headers = headers.insert(Header {
-                    key,
-                    value: Some(value.as_bytes()),
-                });
-            }
-            let mut record = FutureRecord::<[u8], [u8]>::to(&topic)
-                .payload(&event.body[..])
-                .headers(headers);
-            if let Some(key) = event.headers.get(&self.config.key_header) {
-                record = record.key(key.as_bytes());
-            }
-            if let Some(partition) = partition {
-                record = record.partition(partition);
-            }
-            loop {
-                match producer.send_result(record) {
-                    Ok(delivery) => {
-                        pending.push(delivery);
-                        break;
-                    }
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        // The local queue is full: wait for the oldest record of this batch.
-                        record = back;
-                        if let Some(oldest) = pending.first_mut() {
-                            wait_for(oldest).await?;
-                            pending.remove(0);
-                        } else {
-                            producer.poll(Duration::from_millis(10));
-                        }
-                    }
-                    Err((error, _)) => {
-                        return Err(kafka_error(&format!("sending to {topic}"), error));
-                    }
-                }
-            }
-        }
-        Ok(pending)
-    }
-
-    /// One transaction: the fresh events and the progress after them.
-    async fn deliver_exactly_once(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+    /// With `exactly_once`: adds the batch to the open transaction (beginning one if needed)
+    /// and queues its events that the last committed transaction did not deliver.
+    async fn send_exactly_once(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
         let Some(sequences) = batch.sequences else {
             return Err(SinkError::Delivery(
                 "`delivery: exactly_once` needs a channel that numbers its events: a file \
@@ -358,86 +564,114 @@ impl KafkaSink {
                     .into(),
             ));
         };
-        let (producer, delivered) = self.ready_exactly_once().await?;
-        // Only the events of the last batch a transaction committed are skipped: the one whose
-        // take may not have committed. (Not "everything below": another sink on the same
-        // channel may hand back lower sequence numbers, and a channel may number anew.)
-        let fresh: Vec<&Event> = batch
+        let producer = self.ready_exactly_once().await?;
+        let delivered = self.delivered.as_ref();
+        // Only the events of the last committed transaction are skipped: those whose takes
+        // may not have committed. (Not "everything below": another sink on the same channel
+        // may hand back lower sequence numbers, and a channel may number anew.)
+        let is_fresh = |seq: &u64| !delivered.is_some_and(|runs| in_runs(runs, *seq));
+        let fresh = sequences.iter().filter(|seq| is_fresh(seq)).count();
+        let open = self.open.get_or_insert_with(|| Transaction {
+            begun: false,
+            runs: Runs::new(),
+            records: 0,
+            batches: 0,
+            started: Instant::now(),
+        });
+        // Skipped events count too: their takes commit after this transaction, so a crash
+        // before then must find them in its progress.
+        extend_runs(&mut open.runs, sequences);
+        open.batches += 1;
+        if fresh == 0 {
+            return Ok(());
+        }
+        if !open.begun {
+            producer
+                .begin_transaction()
+                .map_err(|e| kafka_error("beginning a transaction", e))?;
+            open.begun = true;
+        }
+        open.records += fresh;
+        let events = batch
             .events
             .iter()
             .zip(sequences)
-            .filter(|(_, seq)| !in_runs(&delivered, **seq))
-            .map(|(e, _)| e)
-            .collect();
-        if fresh.is_empty() {
-            return Ok(());
-        }
-        let runs = runs_of(sequences);
-        let result = self.transaction(&producer, fresh, &runs).await;
-        match result {
-            Ok(()) => {
-                self.delivered = Some(runs);
-                Ok(())
-            }
-            Err(error) => {
-                // Whatever state the transaction is in, a new producer settles it (init
-                // aborts an open one, completes a committing one) and the progress read then
-                // tells what is delivered.
-                let p = producer.clone();
-                let _ = blocking("aborting the transaction", move || {
-                    p.abort_transaction(TXN_TIMEOUT)
-                })
-                .await;
-                self.producer = None;
-                self.delivered = None;
-                Err(error)
-            }
-        }
+            .filter(|(_, seq)| is_fresh(seq))
+            .map(|(event, _)| event);
+        self.queue(&producer, events).await
     }
 
-    async fn transaction(
-        &self,
-        producer: &FutureProducer,
-        events: Vec<&Event>,
-        runs: &Runs,
-    ) -> Result<(), SinkError> {
-        let started = std::time::Instant::now();
-        producer
-            .begin_transaction()
-            .map_err(|e| kafka_error("beginning a transaction", e))?;
-        let mut pending = self.send_all(producer, events.into_iter()).await?;
+    /// With `exactly_once`: waits for every record of the open transaction, then commits it
+    /// with the progress of all its batches.
+    async fn commit_transaction(&mut self) -> Result<(), SinkError> {
+        let Some(open) = &self.open else {
+            return Ok(());
+        };
+        if !open.begun {
+            // Every event was delivered by the last committed transaction, whose progress
+            // already names them.
+            self.open = None;
+            return Ok(());
+        }
+        let (Some(producer), Some(group)) = (self.producer.clone(), self.progress.clone()) else {
+            return Err(SinkError::Delivery(
+                "the transactional producer is not ready".into(),
+            ));
+        };
+        let topic = self.config.progress_topic.clone();
+        let next = open.runs.iter().map(|(_, last)| last + 1).max();
+        let metadata = encode_runs(&open.runs);
         // Waiting for every record here, rather than leaving it to the commit, keeps the
         // commit's own flush from polling in 100 ms steps (rust-rdkafka's flush loop).
-        for delivery in &mut pending {
-            wait_for(delivery).await?;
-        }
-        let sent = started.elapsed();
-        let topic = self.config.progress_topic.clone();
-        let group = self
-            .progress
-            .clone()
-            .ok_or_else(|| SinkError::Delivery("the progress group is not ready".into()))?;
-        let p = producer.clone();
-        let next = runs.last().map_or(0, |(_, last)| last + 1);
-        let metadata = encode_runs(runs);
+        std::mem::take(&mut self.deliveries).fallen_to(0).await?;
+        let sent = open.started.elapsed();
         blocking("committing the transaction", move || {
             let group_metadata = group.group_metadata().ok_or_else(|| {
                 KafkaError::ClientCreation("no group metadata for the progress group".into())
             })?;
             let mut offsets = TopicPartitionList::new();
             let mut entry = offsets.add_partition(&topic, 0);
-            entry.set_offset(Offset::Offset(next as i64))?;
+            entry.set_offset(Offset::Offset(next.unwrap_or(0) as i64))?;
             entry.set_metadata(metadata);
-            p.send_offsets_to_transaction(&offsets, &group_metadata, TXN_TIMEOUT)?;
-            p.commit_transaction(TXN_TIMEOUT)
+            producer.send_offsets_to_transaction(&offsets, &group_metadata, TXN_TIMEOUT)?;
+            producer.commit_transaction(TXN_TIMEOUT)
         })
         .await?;
-        let committed = started.elapsed();
-        tracing::debug!(records = pending.len(), ?sent, ?committed, total = ?started.elapsed(), "transaction committed");
+        if let Some(open) = self.open.take() {
+            tracing::debug!(records = open.records, batches = open.batches, ?sent, total = ?open.started.elapsed(), "transaction committed");
+            self.delivered = Some(open.runs);
+        }
         Ok(())
     }
-}
 
+    /// After a failed send or flush: drops what was sent since the last flush. With
+    /// `exactly_once` the transaction is aborted and the producer made anew before the next
+    /// batch (initialising it settles whatever state the transaction is in, and the progress
+    /// read then tells what is delivered); with `at_least_once` a producer that failed fatally
+    /// is replaced.
+    async fn discard(&mut self) {
+        self.deliveries = Arc::default();
+        let open = self.open.take();
+        let Some(producer) = self.producer.clone() else {
+            return;
+        };
+        if self.config.delivery == Delivery::ExactlyOnce {
+            if open.is_some_and(|open| open.begun) {
+                let p = producer.clone();
+                let _ = blocking("aborting the transaction", move || {
+                    p.abort_transaction(TXN_TIMEOUT)
+                })
+                .await;
+            }
+            self.producer = None;
+            self.delivered = None;
+        } else if let Some((code, reason)) = producer.client().fatal_error() {
+            // A fatal producer error never clears: start over with a new producer.
+            tracing::error!(error = %code, %reason, "the Kafka producer failed fatally; making a new one");
+            self.producer = self.new_producer(&self.client).ok();
+        }
+    }
+}
 /// A consumer of the progress group, never subscribed: for its group metadata and committed
 /// offsets.
 fn progress_consumer(bootstrap: &str, group: &str) -> Result<BaseConsumer, KafkaError> {
@@ -452,15 +686,14 @@ fn progress_consumer(bootstrap: &str, group: &str) -> Result<BaseConsumer, Kafka
 /// Channel sequence numbers as runs of consecutive numbers: (first, last), in order.
 type Runs = Vec<(u64, u64)>;
 
-fn runs_of(sequences: &[u64]) -> Runs {
-    let mut runs: Runs = Vec::new();
+/// Adds `sequences` to `runs`, joining a run that continues the last one.
+fn extend_runs(runs: &mut Runs, sequences: &[u64]) {
     for &seq in sequences {
         match runs.last_mut() {
             Some((_, last)) if seq == *last + 1 => *last = seq,
             _ => runs.push((seq, seq)),
         }
     }
-    runs
 }
 
 fn in_runs(runs: &Runs, seq: u64) -> bool {
@@ -486,7 +719,7 @@ fn decode_runs(text: &str) -> Option<Runs> {
         .collect()
 }
 
-/// The channel sequence numbers of the last batch delivered: the metadata of the progress
+/// The channel sequence numbers the last committed transaction delivered: the metadata of the progress
 /// group's committed offset on partition 0 of the progress topic (none at first).
 async fn read_progress(bootstrap: &str, group: &str, topic: &str) -> Result<Runs, SinkError> {
     let (bootstrap, group, topic) = (bootstrap.to_owned(), group.to_owned(), topic.to_owned());
@@ -553,41 +786,43 @@ impl Sink for KafkaSink {
             );
             return Ok(());
         }
-        let producer: FutureProducer = self
-            .client
-            .create()
-            .map_err(|e| kafka_error("creating the Kafka producer", e))?;
-        self.producer = Some(producer);
+        self.producer = Some(self.new_producer(&self.client)?);
         Ok(())
     }
 
     async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
-        if self.config.delivery == Delivery::ExactlyOnce {
-            return self.deliver_exactly_once(batch).await;
-        }
-        let Some(producer) = self.producer.clone() else {
-            return Err(SinkError::Delivery("kafka sink used before start".into()));
+        self.send(batch).await?;
+        self.flush().await
+    }
+
+    async fn send(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+        let sent = match self.config.delivery {
+            Delivery::ExactlyOnce => self.send_exactly_once(batch).await,
+            Delivery::AtLeastOnce => self.send_at_least_once(batch).await,
         };
-        let result = async {
-            let mut pending = self.send_all(&producer, batch.events.iter()).await?;
-            for delivery in &mut pending {
-                wait_for(delivery).await?;
-            }
-            Ok(())
+        if sent.is_err() {
+            self.discard().await;
         }
-        .await;
-        if result.is_err()
-            && let Some((code, reason)) = producer.client().fatal_error()
-        {
-            // A fatal producer error never clears: start over with a new producer.
-            tracing::error!(error = %code, %reason, "the Kafka producer failed fatally; making a new one");
-            self.producer = Some(
-                self.client
-                    .create()
-                    .map_err(|e| kafka_error("creating the Kafka producer", e))?,
-            );
+        sent
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        let flushed = match self.config.delivery {
+            Delivery::ExactlyOnce => self.commit_transaction().await,
+            Delivery::AtLeastOnce => self.acknowledged().await,
+        };
+        if flushed.is_err() {
+            self.discard().await;
         }
-        result
+        flushed
+    }
+
+    fn pipelining(&self) -> Pipelining {
+        Pipelining {
+            max_batches: MAX_BATCHES_IN_FLIGHT,
+            max_events: self.config.transaction_max_events,
+            max_delay: self.config.transaction_max_delay,
+        }
     }
 
     async fn stop(&mut self) -> Result<(), SinkError> {
@@ -601,17 +836,10 @@ impl Sink for KafkaSink {
     }
 }
 
-async fn wait_for(delivery: &mut DeliveryFuture) -> Result<(), SinkError> {
-    match delivery.await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err((error, _))) => Err(kafka_error("record not acknowledged", error)),
-        Err(_) => Err(SinkError::Delivery("the producer was closed".into())),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
 
     fn event(headers: &[(&str, &str)]) -> Event {
         let mut e = Event::from_body("x");
@@ -638,6 +866,23 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(sink.topic_of(&event(&[("topic", "other")])), "other");
+        // Neither the header nor a plain topic makes a string per event; a template does.
+        assert!(matches!(
+            sink.topic_of(&event(&[("topic", "other")])),
+            Cow::Borrowed(_)
+        ));
+        assert!(matches!(sink.topic_of(&event(&[])), Cow::Borrowed("base")));
+        let sink = KafkaSink::build(&crate::config(
+            "kafka",
+            "bootstrap_servers: 127.0.0.1:9092\ntopic: logs-%{app}",
+        ))
+        .unwrap();
+        let web = event(&[("app", "web")]);
+        let topic = sink.topic_of(&web);
+        assert!(
+            matches!(&topic, Cow::Owned(t) if t == "logs-web"),
+            "{topic}"
+        );
         let sink = KafkaSink::build(&crate::config(
             "kafka",
             "bootstrap_servers: 127.0.0.1:9092\ntopic: base\nallow_topic_override: false",
@@ -676,41 +921,67 @@ mod tests {
         bodies
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn exactly_once_skips_what_a_committed_transaction_delivered_and_fences_a_zombie() {
-        let dir = tempfile::tempdir().unwrap();
-        let broker = ferry_broker::Broker::start(ferry_broker::BrokerConfig {
+    async fn start_broker(dir: &std::path::Path) -> ferry_broker::BrokerHandle {
+        ferry_broker::Broker::start(ferry_broker::BrokerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().to_path_buf(),
+            data_dir: dir.to_path_buf(),
             ..Default::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+    }
+
+    async fn started(yaml: &str) -> KafkaSink {
+        let mut sink = KafkaSink::build(&crate::config("kafka", yaml)).unwrap();
+        sink.start(&crate::context()).await.unwrap();
+        sink
+    }
+
+    fn numbered(from: usize, to: usize) -> Vec<Event> {
+        (from..to)
+            .map(|i| Event::from_body(format!("e{i}")))
+            .collect()
+    }
+
+    fn names(from: usize, to: usize) -> Vec<String> {
+        (from..to).map(|i| format!("e{i}")).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exactly_once_skips_what_a_committed_transaction_delivered_and_fences_a_zombie() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = start_broker(dir.path()).await;
         let bootstrap = broker.local_addr().to_string();
         let yaml = format!(
             "bootstrap_servers: {bootstrap}\ntopic: out\ndelivery: exactly_once\ntransactional_id: t1"
         );
-        let events: Vec<Event> = (0..150)
-            .map(|i| Event::from_body(format!("e{i}")))
-            .collect();
-        let seqs: Vec<u64> = (1000..1150).collect();
+        let progress = || read_progress(&bootstrap, "t1", "ferry-sink-progress");
+        let events = numbered(0, 400);
+        let seqs: Vec<u64> = (1000..1400).collect();
         let batch = |from: usize, to: usize| SinkBatch {
             events: &events[from..to],
             sequences: Some(&seqs[from..to]),
         };
 
-        let mut sink = KafkaSink::build(&crate::config("kafka", &yaml)).unwrap();
-        sink.start(&crate::context()).await.unwrap();
-        sink.deliver(batch(0, 100)).await.unwrap();
-        // Without sequence numbers (a memory channel) exactly-once is refused.
+        // Three channel batches in one transaction: its progress names all of them.
+        let mut sink = started(&yaml).await;
+        sink.send(batch(0, 100)).await.unwrap();
+        sink.send(batch(100, 200)).await.unwrap();
+        sink.send(batch(200, 300)).await.unwrap();
+        sink.flush().await.unwrap();
+        assert_eq!(progress().await.unwrap(), vec![(1000, 1299)]);
+        // A failed send aborts the batches sent since the flush: without sequence numbers (a
+        // memory channel) exactly-once is refused.
+        sink.send(batch(300, 320)).await.unwrap();
         let err = sink
-            .deliver(SinkBatch {
+            .send(SinkBatch {
                 events: &events[..1],
                 sequences: None,
             })
             .await
             .unwrap_err();
         assert!(err.to_string().contains("numbers its events"), "{err}");
+        assert_eq!(progress().await.unwrap(), vec![(1000, 1299)]);
         drop(sink);
 
         // A zombie instance with the same transactional id left a transaction open.
@@ -729,34 +1000,91 @@ mod tests {
             .await
             .unwrap();
 
-        // The take of batch 0..100 was not committed (a crash): it comes again, with more.
-        let mut sink = KafkaSink::build(&crate::config("kafka", &yaml)).unwrap();
-        sink.start(&crate::context()).await.unwrap();
-        sink.deliver(batch(0, 120)).await.unwrap();
-        sink.deliver(batch(120, 150)).await.unwrap();
+        // The takes of 0..300 were not committed (a crash after the transaction committed):
+        // the channel gives them again, grouped otherwise, with more after them. The whole
+        // transaction is skipped; what follows is delivered once.
+        let mut sink = started(&yaml).await;
+        sink.send(batch(0, 150)).await.unwrap();
+        sink.send(batch(150, 350)).await.unwrap();
+        sink.flush().await.unwrap();
+        assert_eq!(progress().await.unwrap(), vec![(1000, 1349)]);
+        sink.deliver(batch(350, 400)).await.unwrap();
         assert!(zombie.commit_transaction(Duration::from_secs(10)).is_err());
-        // Lower sequence numbers than the last batch's (another sink on the channel rolled
-        // them back) are delivered: only the last batch itself is ever skipped.
-        let late: Vec<Event> = (150..160)
-            .map(|i| Event::from_body(format!("e{i}")))
-            .collect();
+        // Lower sequence numbers than the last transaction's (another sink on the channel
+        // rolled them back) are delivered: only the last transaction itself is ever skipped.
+        let late = numbered(400, 410);
         let late_seqs: Vec<u64> = (500..510).collect();
-        sink.deliver(SinkBatch {
+        let late_batch = SinkBatch {
             events: &late,
             sequences: Some(&late_seqs),
+        };
+        sink.deliver(late_batch).await.unwrap();
+        drop(sink);
+
+        // Again a crash before the takes committed: a flush of only skipped events commits no
+        // transaction and leaves the progress as it was.
+        let mut sink = started(&yaml).await;
+        sink.send(late_batch).await.unwrap();
+        sink.flush().await.unwrap();
+        assert_eq!(progress().await.unwrap(), vec![(500, 509)]);
+
+        assert_eq!(committed_bodies(&bootstrap, "out"), names(0, 410));
+        broker.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn at_least_once_keeps_batches_in_flight_and_waits_for_room_in_a_full_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = start_broker(dir.path()).await;
+        let bootstrap = broker.local_addr().to_string();
+        // The producer's queue holds 10 records: sending 300 must wait for room, often.
+        let mut sink = started(&format!(
+            "bootstrap_servers: {bootstrap}\ntopic: out\nproducer:\n  queue.buffering.max.messages: '10'"
+        ))
+        .await;
+        let events = numbered(0, 300);
+        for chunk in events.chunks(100) {
+            sink.send(SinkBatch {
+                events: chunk,
+                sequences: None,
+            })
+            .await
+            .unwrap();
+        }
+        sink.flush().await.unwrap();
+        assert_eq!(sink.deliveries.outstanding.load(Ordering::SeqCst), 0);
+        assert_eq!(committed_bodies(&bootstrap, "out"), names(0, 300));
+        broker.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn at_least_once_flush_fails_when_a_record_is_not_acknowledged() {
+        // Nothing listens there: records time out after 300 ms.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut sink = started(&format!(
+            "bootstrap_servers: 127.0.0.1:{port}\ntopic: out\nproducer:\n  message.timeout.ms: '300'"
+        ))
+        .await;
+        let events = numbered(0, 10);
+        sink.send(SinkBatch {
+            events: &events,
+            sequences: None,
         })
         .await
         .unwrap();
-
-        let bodies = committed_bodies(&bootstrap, "out");
-        let expected: Vec<String> = (0..160).map(|i| format!("e{i}")).collect();
-        assert_eq!(bodies, expected);
-        broker.shutdown().await;
+        let err = sink.flush().await.unwrap_err();
+        assert!(err.to_string().contains("not acknowledged"), "{err}");
     }
 
     #[test]
     fn progress_runs_round_trip() {
-        let runs = runs_of(&[5, 6, 7, 10, 11, 40]);
+        let mut runs = Runs::new();
+        extend_runs(&mut runs, &[5, 6, 7, 10]);
+        extend_runs(&mut runs, &[11, 40]);
         assert_eq!(runs, vec![(5, 7), (10, 11), (40, 40)]);
         assert_eq!(decode_runs(&encode_runs(&runs)), Some(runs.clone()));
         assert!(in_runs(&runs, 6) && in_runs(&runs, 40) && !in_runs(&runs, 8));

@@ -9,7 +9,10 @@
 //! | `kafka`     | [`kafka`]       | `KafkaSink`        |
 //!
 //! A sink's `deliver` returns `Ok` only once the batch is safe at the destination; on `Err`
-//! the runner rolls the take back and delivers the same batch again after a backoff.
+//! the runner rolls the take back and delivers the same batch again after a backoff. A sink
+//! that pipelines (`kafka`) has `send` start a batch and `flush` make every batch since the
+//! last flush safe; the runner commits their takes only after the flush, and rolls all of
+//! them back when a send or the flush fails.
 
 use ferry_core::Registry;
 
