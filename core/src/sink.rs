@@ -74,7 +74,7 @@ pub struct SinkContext {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ferry_core::sink::Pipelining;
+/// use ferry_core::Pipelining;
 /// let pipelining = Pipelining {
 ///     max_batches: 16,
 ///     max_events: 10_000,
@@ -125,6 +125,34 @@ impl Default for Pipelining {
 ///     async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
 ///         self.0 += batch.events.len();
 ///         Ok(())
+///     }
+/// }
+/// ```
+///
+/// A sink that pipelines keeps what it was sent until the runner asks it to flush:
+///
+/// ```
+/// use std::time::Duration;
+/// use ferry_core::{async_trait, Pipelining, Sink, SinkBatch, SinkError};
+/// struct Buffered { pending: Vec<u8>, written: Vec<u8> }
+/// #[async_trait]
+/// impl Sink for Buffered {
+///     async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+///         self.send(batch).await?;
+///         self.flush().await
+///     }
+///     async fn send(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+///         for event in batch.events {
+///             self.pending.extend_from_slice(&event.body);
+///         }
+///         Ok(())
+///     }
+///     async fn flush(&mut self) -> Result<(), SinkError> {
+///         self.written.append(&mut self.pending);
+///         Ok(())
+///     }
+///     fn pipelining(&self) -> Pipelining {
+///         Pipelining { max_batches: 8, max_events: 10_000, max_delay: Duration::from_millis(50) }
 ///     }
 /// }
 /// ```
