@@ -30,7 +30,8 @@
 //!
 //! `PRAGMA user_version` holds the schema version; [`StateStore::open`] migrates older files.
 //! Every transaction is durable when it returns (`synchronous = FULL`), except commits made with
-//! [`Durability::Normal`], which survive a crash of the process but not of the machine.
+//! [`Durability::Normal`] and checkpoints saved through [`CheckpointStore::save`] (the
+//! at-least-once paths), which survive a crash of the process but not of the machine.
 //!
 //! All methods block on SQLite; call them from `spawn_blocking` in async code.
 
@@ -615,10 +616,16 @@ impl CheckpointStore for StateStore {
             .map_err(|e| CheckpointStoreError(self.error(e).to_string()))
     }
 
+    /// Saves without waiting for an fsync ([`Durability::Normal`]): checkpoints saved here
+    /// are those of at-least-once paths (a memory channel's acknowledgements, the copy of a
+    /// checkpoint a kafka channel keeps), where the saved position only ever lags what was
+    /// delivered. A power loss may lose the newest save, which repeats events on restart but
+    /// never loses one; a crash of the agent loses nothing. Checkpoints committed with a file
+    /// channel's put are as durable as the put.
     fn save(&self, source: &str, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
         let mut writer = lock(&self.0.writer);
         writer
-            .set_durability(Durability::Full)
+            .set_durability(Durability::Normal)
             .and_then(|()| save_checkpoint(&writer.conn, source, checkpoint))
             .map_err(|e| CheckpointStoreError(self.error(e).to_string()))
     }
