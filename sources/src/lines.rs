@@ -91,13 +91,19 @@ impl LineBuffer {
     /// of bytes it took from the input (line ending included).
     pub(crate) fn next_line_and_size(&mut self) -> Option<(Bytes, usize)> {
         let len = self.next_line_len()?;
+        Some(self.take_line(len))
+    }
+
+    /// Takes a complete line of `len` bytes (found by [`next_line_len`](Self::next_line_len))
+    /// and its `\n` off the front, without its line ending, with its size in the input.
+    fn take_line(&mut self, len: usize) -> (Bytes, usize) {
         let mut line = self.buf.split_to(len + 1);
         self.scanned = 0;
         line.truncate(len);
         if self.strip_cr && line.last() == Some(&b'\r') {
             line.truncate(len - 1);
         }
-        Some((line.freeze(), len + 1))
+        (line.freeze(), len + 1)
     }
 
     /// Like [`next_line_and_size`](Self::next_line_and_size), but a line longer than `max`
@@ -105,7 +111,8 @@ impl LineBuffer {
     /// without line endings never fills memory.
     pub(crate) fn next_line_within(&mut self, max: usize) -> Option<(Bytes, usize)> {
         match self.next_line_len() {
-            Some(len) if len <= max => self.next_line_and_size(),
+            // The line was found: take it without looking for its end a second time.
+            Some(len) if len <= max => Some(self.take_line(len)),
             _ if self.buf.len() > max => {
                 let piece = self.buf.split_to(max).freeze();
                 // Only bytes known to hold no `\n` are counted in `scanned`.
