@@ -73,7 +73,7 @@ impl LineBuffer {
 
     /// Length of the next complete line (without its `\n`), if a complete line is buffered.
     pub(crate) fn next_line_len(&mut self) -> Option<usize> {
-        match self.buf[self.scanned..].iter().position(|&b| b == b'\n') {
+        match memchr::memchr(b'\n', &self.buf[self.scanned..]) {
             Some(i) => Some(self.scanned + i),
             None => {
                 self.scanned = self.buf.len();
