@@ -193,6 +193,41 @@ mod tests {
         assert_eq!(lines.partial_len(), 1);
     }
 
+    #[test]
+    fn lines_within_the_limit_keep_their_sizes_across_crlf_partial_and_long_lines() {
+        let mut lines = LineBuffer::new(true);
+        lines.push(b"a\r\nbb\nlonglong\r\n\r\npa");
+        let mut taken = Vec::new();
+        while let Some((line, size)) = lines.next_line_within(4) {
+            taken.push((line, size));
+        }
+        let expected: [(&str, usize); 6] = [
+            ("a", 3),    // `\r\n` stripped, both counted
+            ("bb", 3),   // a bare `\n`
+            ("long", 4), // a line over the limit comes in pieces ...
+            ("long", 4),
+            ("", 2), // ... and its `\r\n` ends the last piece
+            ("", 2), // an empty CRLF line
+        ];
+        let expected: Vec<(Bytes, usize)> = expected
+            .iter()
+            .map(|(line, size)| (Bytes::from(*line), *size))
+            .collect();
+        assert_eq!(taken, expected);
+        assert_eq!(lines.partial_len(), 2, "`pa` waits for its line end");
+        lines.push(b"rt\r");
+        assert_eq!(
+            lines.next_line_within(16),
+            None,
+            "a `\\r` alone ends no line"
+        );
+        lines.push(b"\nnext\n");
+        assert_eq!(lines.next_line_within(16), Some((Bytes::from("part"), 6)));
+        assert_eq!(lines.next_line_within(16), Some((Bytes::from("next"), 5)));
+        assert_eq!(lines.next_line_within(16), None);
+        assert_eq!(lines.len(), 0);
+    }
+
     #[tokio::test]
     async fn strips_carriage_returns_when_asked() {
         let mut reader: &[u8] = b"a\r\nb\r";
