@@ -73,7 +73,7 @@ impl LineBuffer {
 
     /// Length of the next complete line (without its `\n`), if a complete line is buffered.
     pub(crate) fn next_line_len(&mut self) -> Option<usize> {
-        match self.buf[self.scanned..].iter().position(|&b| b == b'\n') {
+        match memchr::memchr(b'\n', &self.buf[self.scanned..]) {
             Some(i) => Some(self.scanned + i),
             None => {
                 self.scanned = self.buf.len();
@@ -91,13 +91,19 @@ impl LineBuffer {
     /// of bytes it took from the input (line ending included).
     pub(crate) fn next_line_and_size(&mut self) -> Option<(Bytes, usize)> {
         let len = self.next_line_len()?;
+        Some(self.take_line(len))
+    }
+
+    /// Takes a complete line of `len` bytes (found by [`next_line_len`](Self::next_line_len))
+    /// and its `\n` off the front, without its line ending, with its size in the input.
+    fn take_line(&mut self, len: usize) -> (Bytes, usize) {
         let mut line = self.buf.split_to(len + 1);
         self.scanned = 0;
         line.truncate(len);
         if self.strip_cr && line.last() == Some(&b'\r') {
             line.truncate(len - 1);
         }
-        Some((line.freeze(), len + 1))
+        (line.freeze(), len + 1)
     }
 
     /// Like [`next_line_and_size`](Self::next_line_and_size), but a line longer than `max`
@@ -105,7 +111,8 @@ impl LineBuffer {
     /// without line endings never fills memory.
     pub(crate) fn next_line_within(&mut self, max: usize) -> Option<(Bytes, usize)> {
         match self.next_line_len() {
-            Some(len) if len <= max => self.next_line_and_size(),
+            // The line was found: take it without looking for its end a second time.
+            Some(len) if len <= max => Some(self.take_line(len)),
             _ if self.buf.len() > max => {
                 let piece = self.buf.split_to(max).freeze();
                 // Only bytes known to hold no `\n` are counted in `scanned`.
@@ -184,6 +191,41 @@ mod tests {
         lines.push(b"kl");
         assert_eq!(lines.next_line_within(3), Some((Bytes::from("ijk"), 3)));
         assert_eq!(lines.partial_len(), 1);
+    }
+
+    #[test]
+    fn lines_within_the_limit_keep_their_sizes_across_crlf_partial_and_long_lines() {
+        let mut lines = LineBuffer::new(true);
+        lines.push(b"a\r\nbb\nlonglong\r\n\r\npa");
+        let mut taken = Vec::new();
+        while let Some((line, size)) = lines.next_line_within(4) {
+            taken.push((line, size));
+        }
+        let expected: [(&str, usize); 6] = [
+            ("a", 3),    // `\r\n` stripped, both counted
+            ("bb", 3),   // a bare `\n`
+            ("long", 4), // a line over the limit comes in pieces ...
+            ("long", 4),
+            ("", 2), // ... and its `\r\n` ends the last piece
+            ("", 2), // an empty CRLF line
+        ];
+        let expected: Vec<(Bytes, usize)> = expected
+            .iter()
+            .map(|(line, size)| (Bytes::from(*line), *size))
+            .collect();
+        assert_eq!(taken, expected);
+        assert_eq!(lines.partial_len(), 2, "`pa` waits for its line end");
+        lines.push(b"rt\r");
+        assert_eq!(
+            lines.next_line_within(16),
+            None,
+            "a `\\r` alone ends no line"
+        );
+        lines.push(b"\nnext\n");
+        assert_eq!(lines.next_line_within(16), Some((Bytes::from("part"), 6)));
+        assert_eq!(lines.next_line_within(16), Some((Bytes::from("next"), 5)));
+        assert_eq!(lines.next_line_within(16), None);
+        assert_eq!(lines.len(), 0);
     }
 
     #[tokio::test]
