@@ -441,11 +441,17 @@ impl Channel for FileChannel {
                 match returned {
                     Some(batch) => batch,
                     None => {
-                        let log = self.0.log()?;
-                        tokio::task::spawn_blocking(move || log.read(max))
-                            .await
-                            .map_err(|e| self.0.storage_error(e))?
-                            .map_err(|e| self.0.storage_error(e))?
+                        // The events read go to the returned queue first: if this take is
+                        // cancelled while the read runs (a sink runner's `select!`), the
+                        // next take finds them there instead of past the reader's position.
+                        let (log, shared) = (self.0.log()?, Arc::clone(&self.0));
+                        tokio::task::spawn_blocking(move || {
+                            log.read(max).map(|batch| shared.give_back(batch))
+                        })
+                        .await
+                        .map_err(|e| self.0.storage_error(e))?
+                        .map_err(|e| self.0.storage_error(e))?;
+                        take_returned(&mut self.0.lock_returned(), max).unwrap_or_default()
                     }
                 }
             };
@@ -1018,5 +1024,27 @@ mod tests {
             ferry_core::CheckpointStore::load(&store, "src").unwrap(),
             Some(Checkpoint::new(b"old".to_vec()))
         );
+    }
+
+    #[tokio::test]
+    async fn a_take_cancelled_while_it_reads_loses_nothing() {
+        use std::future::Future;
+        let dir = tempfile::tempdir().unwrap();
+        let ch = channel(dir.path(), "cancel", 1000).await;
+        ch.put(batch(0..100, None)).await.unwrap();
+        // Each take is polled until it waits for its read, then dropped, as a runner's
+        // `select!` may; the read it started finishes without anyone to hand the events to.
+        for _ in 0..5 {
+            let mut take = Box::pin(ch.take(10, Duration::from_secs(1)));
+            std::future::poll_fn(|cx| {
+                let _ = take.as_mut().poll(cx);
+                std::task::Poll::Ready(())
+            })
+            .await;
+            drop(take);
+            // Real time: the read runs on a blocking thread.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(drain(&ch).await, numbers(0..100));
     }
 }
