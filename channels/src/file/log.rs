@@ -332,22 +332,10 @@ impl Log {
             })?;
         }
         let base = w.next_seq;
-        let path = segment::segment_path(&self.dir, base);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(|e| LogError::io(&path, "creating", e))?;
+        w.active = Some(create_segment(&self.dir, base)?);
         if self.options.durability == Durability::Full {
             sync_dir(&self.dir)?;
         }
-        w.active = Some(Active {
-            base,
-            file: Arc::new(file),
-            len: 0,
-        });
         w.new_segments.push(base);
         Ok(())
     }
@@ -695,6 +683,24 @@ fn remove_strays(dir: &Path, index: &LogIndex) -> Result<(), LogError> {
     Ok(())
 }
 
+/// A new, empty segment file whose first event will have sequence number `base` (a stray file
+/// of that name, never committed, is emptied).
+fn create_segment(dir: &Path, base: u64) -> Result<Active, LogError> {
+    let path = segment::segment_path(dir, base);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|e| LogError::io(&path, "creating", e))?;
+    Ok(Active {
+        base,
+        file: Arc::new(file),
+        len: 0,
+    })
+}
+
 fn sync_dir(dir: &Path) -> Result<(), LogError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
@@ -756,20 +762,8 @@ fn migrate(
                         .sync_data()
                         .map_err(|e| LogError::io(dir, "syncing", e))?;
                 }
-                let path = segment::segment_path(dir, seq);
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&path)
-                    .map_err(|e| LogError::io(&path, "creating", e))?;
                 segments.push(seq);
-                active = Some(Active {
-                    base: seq,
-                    file: Arc::new(file),
-                    len: 0,
-                });
+                active = Some(create_segment(dir, seq)?);
             }
             if let Some(a) = active.as_mut() {
                 let path = segment::segment_path(dir, a.base);
