@@ -33,6 +33,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 
 use crate::api::{self, ApiError, Context, Frame};
 use crate::log::{FileSlice, StorageError};
+use crate::security::{SESSION, Session};
 
 /// Smallest request: api key, version, correlation id.
 const MIN_REQUEST: usize = 8;
@@ -81,8 +82,8 @@ pub(crate) async fn serve(ctx: Arc<Context>, stream: TcpStream, peer: SocketAddr
     let (read, write) = stream.into_split();
     let mut reader = BufReader::with_capacity(BUFFER, read);
     let mut writer = BufWriter::with_capacity(BUFFER, write);
-    let host = format!("/{}", peer.ip());
-    let result: Result<(), ConnectionError> = api::CLIENT_HOST.scope(host, async {
+    let session = Arc::new(Session::anonymous(peer));
+    let result: Result<(), ConnectionError> = async {
         loop {
             let frame = tokio::select! {
                 frame = tokio::time::timeout(limits.idle, read_frame(&mut reader, limits.max_request)) => match frame {
@@ -92,14 +93,15 @@ pub(crate) async fn serve(ctx: Arc<Context>, stream: TcpStream, peer: SocketAddr
                 _ = ctx.shutdown.cancelled() => return Ok(()),
             };
             let Some(frame) = frame else { return Ok(()) };
-            if let Some(response) = handle(&ctx, frame).await? {
+            let served = SESSION.scope(Arc::clone(&session), handle(&ctx, frame));
+            if let Some(response) = served.await? {
                 write_frame(&mut writer, &response).await?;
             }
             if !whole_frame_buffered(reader.buffer()) {
                 writer.flush().await?;
             }
         }
-    })
+    }
     .await;
     // Responses to the requests before a bad one (or before shutdown) still go out.
     let _ = writer.flush().await;

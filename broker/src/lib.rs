@@ -7,6 +7,7 @@
 //!   disk, laid out as Kafka lays it out.
 //! - `groups`: the group coordinator (classic consumer groups) and committed offsets.
 //! - `txn`: the transaction coordinator (producer ids, transactions, transactional offsets).
+//! - `security`: who a request comes from (its principal and host).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), ferry_broker::BrokerError> {
@@ -24,6 +25,9 @@ mod connection;
 mod dump;
 mod groups;
 mod log;
+// Principals are read by authentication and authorization, which build on this module.
+#[allow(dead_code)]
+mod security;
 mod server;
 mod topic_config;
 mod topics;

@@ -56,15 +56,9 @@ use crate::txn::TxnCoordinator;
 
 pub(crate) use api_versions::unsupported_version_response;
 
-tokio::task_local! {
-    /// The client's address as Kafka shows it (`/127.0.0.1`), set per connection, for
-    /// DescribeGroups.
-    pub(crate) static CLIENT_HOST: String;
-}
-
-/// The calling client's host, when known.
+/// The calling client's host as Kafka shows it (`/127.0.0.1`), when known.
 pub(crate) fn client_host() -> String {
-    CLIENT_HOST.try_with(Clone::clone).unwrap_or_default()
+    crate::security::session().client_host.clone()
 }
 
 /// What every handler can reach: the topics, the groups, the transactions and broker-wide
