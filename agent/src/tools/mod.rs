@@ -13,6 +13,7 @@ pub mod console;
 pub mod groups;
 pub mod topics;
 pub mod transactions;
+mod wire;
 
 /// How long a tool waits for the cluster to answer one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
