@@ -11,6 +11,7 @@ use rdkafka::config::ClientConfig;
 
 pub mod console;
 pub mod groups;
+mod scram;
 pub mod topics;
 pub mod transactions;
 mod wire;

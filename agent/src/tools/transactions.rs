@@ -11,6 +11,7 @@
 //! - `--describe`: FindCoordinator (key type 1, transaction) for the transactional id, then
 //!   DescribeTransactions to that coordinator.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,7 +26,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::runtime;
-use super::wire::Connection;
+use super::wire::{Connection, Security};
 
 /// Flags of `agent transactions`, named as `kafka-transactions.sh` names its commands and
 /// options (`list` is `--list`, `describe` is `--describe`).
@@ -54,16 +55,17 @@ pub fn run(args: TransactionsArgs) -> anyhow::Result<()> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64)
     };
+    let security = Security::from_properties(&BTreeMap::new())?;
     runtime()?.block_on(async {
         if args.list {
-            let rows = list(&args.bootstrap_server).await?;
+            let rows = list(&args.bootstrap_server, &security).await?;
             print_table(&mut out, &LIST_HEADER, &rows)
         } else {
             let id = args
                 .transactional_id
                 .as_deref()
                 .context("--describe needs --transactional-id")?;
-            let row = describe(&args.bootstrap_server, id, now_ms).await?;
+            let row = describe(&args.bootstrap_server, &security, id, now_ms).await?;
             print_table(&mut out, &DESCRIBE_HEADER, &[row])
         }
     })
@@ -89,8 +91,8 @@ const DESCRIBE_HEADER: [&str; 9] = [
 ];
 
 /// Rows of `--list`, from every broker of the cluster, sorted by transactional id.
-async fn list(bootstrap: &str) -> anyhow::Result<Vec<[String; 4]>> {
-    let mut first = Connection::bootstrap(bootstrap).await?;
+async fn list(bootstrap: &str, security: &Security) -> anyhow::Result<Vec<[String; 4]>> {
+    let mut first = Connection::bootstrap(bootstrap, security).await?;
     let version = first.version::<MetadataRequest>()?;
     // An empty topic list asks for brokers only (from version 1; version 0 would list all).
     let metadata = first
@@ -105,7 +107,7 @@ async fn list(bootstrap: &str) -> anyhow::Result<Vec<[String; 4]>> {
         let mut connection = if address == first.address {
             None
         } else {
-            Some(Connection::open(&address).await?)
+            Some(first.open_another(&address).await?)
         };
         let connection = connection.as_mut().unwrap_or(&mut first);
         let version = connection.version::<ListTransactionsRequest>()?;
@@ -141,10 +143,11 @@ const BATCHED_FIND_COORDINATOR: i16 = 4;
 /// The row of `--describe` for `id`.
 async fn describe(
     bootstrap: &str,
+    security: &Security,
     id: &str,
     now_ms: impl Fn() -> i64,
 ) -> anyhow::Result<[String; 9]> {
-    let mut first = Connection::bootstrap(bootstrap).await?;
+    let mut first = Connection::bootstrap(bootstrap, security).await?;
     let what = || format!("failed to describe transactional-id `{id}`");
     let deadline = Instant::now() + COORDINATOR_WAIT;
     let (node_id, address) = loop {
@@ -189,7 +192,7 @@ async fn describe(
     let mut coordinator = if address == first.address {
         first
     } else {
-        Connection::open(&address).await?
+        first.open_another(&address).await?
     };
     let version = coordinator.version::<DescribeTransactionsRequest>()?;
     let response = coordinator
@@ -528,16 +531,20 @@ mod tests {
         let address = fake_broker(ALL_APIS).await;
         // The first bootstrap server is down: the second one answers.
         let bootstrap = format!("127.0.0.1:1,{address}");
-        let row = describe(&bootstrap, "t1", || 4000).await.unwrap();
+        let row = describe(&bootstrap, &Security::default(), "t1", || 4000)
+            .await
+            .unwrap();
         assert_eq!(
             row,
             [
                 "3", "t1", "4", "2", "Ongoing", "60000", "1000", "3000", "out-0"
             ]
         );
-        let rows = list(&bootstrap).await.unwrap();
+        let rows = list(&bootstrap, &Security::default()).await.unwrap();
         assert_eq!(rows, [["t1", "3", "4", "Ongoing"]]);
-        let unknown = describe(&address, "nope", || 0).await.unwrap_err();
+        let unknown = describe(&address, &Security::default(), "nope", || 0)
+            .await
+            .unwrap_err();
         assert_eq!(
             format!("{unknown:#}"),
             format!(
@@ -550,12 +557,14 @@ mod tests {
     #[tokio::test]
     async fn names_the_broker_and_the_missing_api() {
         let address = fake_broker(&[(ApiKey::ApiVersions, 3), (ApiKey::FindCoordinator, 4)]).await;
-        let error = describe(&address, "t1", || 0).await.unwrap_err();
+        let error = describe(&address, &Security::default(), "t1", || 0)
+            .await
+            .unwrap_err();
         assert_eq!(
             format!("{error:#}"),
             format!("broker {address} does not support DescribeTransactions")
         );
-        let error = list("127.0.0.1:1").await.unwrap_err();
+        let error = list("127.0.0.1:1", &Security::default()).await.unwrap_err();
         assert!(
             format!("{error:#}").starts_with("cannot connect to broker 127.0.0.1:1: "),
             "{error:#}"
