@@ -12,7 +12,7 @@ use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, ApiKey
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
 use super::describe_configs::{TOPIC, check_config_resource};
-use super::{Context, Handler};
+use super::{Context, Handler, denial_message};
 use crate::security::AclOperation;
 
 pub(super) struct AlterConfigs;
@@ -24,7 +24,7 @@ fn alter(
 ) -> Result<(), (ResponseError, String)> {
     let (kind, name) = (resource.resource_type, &resource.resource_name);
     check_config_resource(ctx, AclOperation::AlterConfigs, kind, name)
-        .map_err(|e| (e, e.to_string()))?;
+        .map_err(|e| (e, denial_message(e)))?;
     if resource.resource_type != TOPIC {
         return Err((
             ResponseError::InvalidRequest,

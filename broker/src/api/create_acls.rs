@@ -11,7 +11,7 @@ use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::{ApiKey, CreateAclsRequest, CreateAclsResponse, RequestHeader};
 use kafka_protocol::protocol::VersionRange;
 
-use super::{Context, Handler, text};
+use super::{Context, Handler, denial_message, text};
 use crate::security::{
     AclBinding, AclOperation, AclPermissionType, PatternType, Resource, ResourceType,
 };
@@ -63,7 +63,7 @@ impl Handler for CreateAcls {
     ) -> Option<CreateAclsResponse> {
         let checked: Vec<Result<AclBinding, (ResponseError, String)>> =
             match ctx.check(AclOperation::Alter, Resource::cluster()) {
-                Err(e) => vec![Err((e, e.to_string())); request.creations.len()],
+                Err(e) => vec![Err((e, denial_message(e))); request.creations.len()],
                 Ok(()) => request
                     .creations
                     .iter()

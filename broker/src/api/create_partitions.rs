@@ -9,7 +9,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
-use super::{Context, Handler};
+use super::{Context, Handler, denial_message};
 use crate::security::{AclOperation, Resource};
 
 pub(super) struct CreatePartitions;
@@ -37,7 +37,7 @@ impl Handler for CreatePartitions {
                 });
                 let outcome =
                     if let Err(e) = ctx.check(AclOperation::Alter, Resource::topic(&t.name)) {
-                        Err((e, e.to_string()))
+                        Err((e, denial_message(e)))
                     } else if bad_assignment {
                         Err((
                             ResponseError::InvalidReplicaAssignment,

@@ -12,7 +12,7 @@ use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
 use super::describe_configs::topic_entries;
-use super::{Context, Handler};
+use super::{Context, Handler, denial_message};
 
 pub(super) struct CreateTopics;
 
@@ -26,7 +26,7 @@ fn create(ctx: &Context, wanted: &CreatableTopic, validate_only: bool) -> Creata
     };
     if !ctx.may_create_topic(&wanted.name) {
         let error = ResponseError::TopicAuthorizationFailed;
-        return fail(error, error.to_string());
+        return fail(error, denial_message(error));
     }
     let mut partitions = wanted.num_partitions;
     let mut replication = wanted.replication_factor;

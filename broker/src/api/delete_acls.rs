@@ -12,7 +12,7 @@ use kafka_protocol::messages::delete_acls_response::{
 use kafka_protocol::messages::{ApiKey, DeleteAclsRequest, DeleteAclsResponse, RequestHeader};
 use kafka_protocol::protocol::VersionRange;
 
-use super::{Context, Handler, text};
+use super::{Context, Handler, denial_message, text};
 use crate::security::{AclBinding, AclBindingFilter, AclOperation, Resource};
 
 pub(super) struct DeleteAcls;
@@ -62,7 +62,7 @@ impl Handler for DeleteAcls {
             let results = request
                 .filters
                 .iter()
-                .map(|_| failed(e, &e.to_string()))
+                .map(|_| failed(e, &denial_message(e)))
                 .collect();
             return Some(DeleteAclsResponse::default().with_filter_results(results));
         }

@@ -9,7 +9,7 @@ use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeA
 use kafka_protocol::messages::{ApiKey, DescribeAclsRequest, DescribeAclsResponse, RequestHeader};
 use kafka_protocol::protocol::VersionRange;
 
-use super::{Context, Handler, text};
+use super::{Context, Handler, denial_message, text};
 use crate::security::{AclBinding, AclBindingFilter, AclOperation, Resource};
 
 pub(super) struct DescribeAcls;
@@ -62,7 +62,7 @@ impl Handler for DescribeAcls {
                 .with_error_message(Some(text(&message)))
         };
         if let Err(e) = ctx.check(AclOperation::Describe, Resource::cluster()) {
-            return Some(failed(e, e.to_string()));
+            return Some(failed(e, denial_message(e)));
         }
         let filter = AclBindingFilter::from_codes(
             request.resource_type_filter,

@@ -252,6 +252,20 @@ impl TopicChecks {
     }
 }
 
+/// The message Kafka sends with an authorization error (its exceptions' default messages).
+pub(crate) fn denial_message(error: ResponseError) -> String {
+    match error {
+        ResponseError::TopicAuthorizationFailed => "Topic authorization failed.",
+        ResponseError::GroupAuthorizationFailed => "Group authorization failed.",
+        ResponseError::TransactionalIdAuthorizationFailed => {
+            "Transactional Id authorization failed."
+        }
+        ResponseError::ClusterAuthorizationFailed => "Cluster authorization failed.",
+        _ => return error.to_string(),
+    }
+    .to_owned()
+}
+
 /// A protocol string.
 pub(crate) fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
