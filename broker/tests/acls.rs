@@ -229,18 +229,6 @@ async fn a_deny_for_everyone_hides_topics_from_metadata() {
     );
 }
 
-fn kcat_available() -> bool {
-    let found = Command::new("kcat")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found || std::env::var("FERRY_REQUIRE_KCAT").is_err(),
-        "kcat is required but not installed"
-    );
-    found
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kcat_reports_topic_authorization_failures() {
     if !kcat_available() {

@@ -5,29 +5,17 @@
 use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
 use kafka_protocol::messages::delete_acls_response::{
     DeleteAclsFilterResult, DeleteAclsMatchingAcl,
 };
 use kafka_protocol::messages::{ApiKey, DeleteAclsRequest, DeleteAclsResponse, RequestHeader};
 use kafka_protocol::protocol::VersionRange;
 
+use super::describe_acls::acl_filter;
 use super::{Context, Handler, denial_message, text};
 use crate::security::{AclBinding, AclBindingFilter, AclOperation, Resource};
 
 pub(super) struct DeleteAcls;
-
-fn filter(f: &DeleteAclsFilter) -> Result<AclBindingFilter, String> {
-    AclBindingFilter::from_codes(
-        f.resource_type_filter,
-        f.resource_name_filter.as_deref(),
-        f.pattern_type_filter,
-        f.principal_filter.as_deref(),
-        f.host_filter.as_deref(),
-        f.operation,
-        f.permission_type,
-    )
-}
 
 fn matching(b: AclBinding) -> DeleteAclsMatchingAcl {
     DeleteAclsMatchingAcl::default()
@@ -67,7 +55,7 @@ impl Handler for DeleteAcls {
             return Some(DeleteAclsResponse::default().with_filter_results(results));
         }
         let filters: Vec<Result<AclBindingFilter, String>> =
-            request.filters.iter().map(filter).collect();
+            request.filters.iter().map(|f| acl_filter!(f)).collect();
         let valid: Vec<AclBindingFilter> = filters.iter().filter_map(|f| f.clone().ok()).collect();
         let deleted = ctx.acls.delete(&valid);
         let mut deleted = match deleted {

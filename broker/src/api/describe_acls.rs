@@ -10,9 +10,26 @@ use kafka_protocol::messages::{ApiKey, DescribeAclsRequest, DescribeAclsResponse
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler, denial_message, text};
-use crate::security::{AclBinding, AclBindingFilter, AclOperation, Resource};
+use crate::security::{AclBinding, AclOperation, Resource};
 
 pub(super) struct DescribeAcls;
+
+/// The [`AclBindingFilter`] of a DescribeAcls request or a DeleteAcls filter, which have the
+/// same fields.
+macro_rules! acl_filter {
+    ($f:expr) => {
+        crate::security::AclBindingFilter::from_codes(
+            $f.resource_type_filter,
+            $f.resource_name_filter.as_deref(),
+            $f.pattern_type_filter,
+            $f.principal_filter.as_deref(),
+            $f.host_filter.as_deref(),
+            $f.operation,
+            $f.permission_type,
+        )
+    };
+}
+pub(super) use acl_filter;
 
 /// The bindings grouped by resource pattern; `bindings` is sorted, so a pattern's bindings
 /// are next to each other.
@@ -64,15 +81,7 @@ impl Handler for DescribeAcls {
         if let Err(e) = ctx.check(AclOperation::Describe, Resource::cluster()) {
             return Some(failed(e, denial_message(e)));
         }
-        let filter = AclBindingFilter::from_codes(
-            request.resource_type_filter,
-            request.resource_name_filter.as_deref(),
-            request.pattern_type_filter,
-            request.principal_filter.as_deref(),
-            request.host_filter.as_deref(),
-            request.operation,
-            request.permission_type,
-        );
+        let filter = acl_filter!(request);
         Some(match filter {
             Ok(filter) => DescribeAclsResponse::default()
                 .with_resources(by_resource(ctx.acls.describe(&filter))),
