@@ -79,6 +79,8 @@ enum Command {
     Groups(tools::groups::GroupsArgs),
     /// Lists transactions and describes one (as kafka-transactions.sh `list` and `describe`).
     Transactions(tools::transactions::TransactionsArgs),
+    /// Adds, removes and lists ACLs (as kafka-acls.sh).
+    Acls(tools::acls::AclsArgs),
     /// Writes standard input to a topic, a record per line (as kafka-console-producer.sh).
     ConsoleProducer(tools::console::ProducerArgs),
     /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
@@ -108,6 +110,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Topics(args) => tool(tools::topics::run(args)),
         Command::Groups(args) => tool(tools::groups::run(args)),
         Command::Transactions(args) => tool(tools::transactions::run(args)),
+        Command::Acls(args) => tool(tools::acls::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
         Command::DumpLogSegments {

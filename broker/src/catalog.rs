@@ -11,6 +11,7 @@
 //! | `txn_partitions` | transactional id, topic, partition | with its transaction: the partitions of the open transaction |
 //! | `txn_groups` | transactional id, group | with its transaction: the groups of AddOffsetsToTxn |
 //! | `txn_pending_offsets` | transactional id, group, topic, partition, offset, leader epoch, metadata, commit time (ms) | by TxnOffsetCommit; moved into `group_offsets` (commit) or deleted (abort) in the transaction that records the outcome |
+//! | `acls` | resource type, name and pattern type, principal, host, operation, permission type (Kafka's protocol codes) | by CreateAcls and DeleteAcls, one transaction per request; the config's `acls` at start |
 //!
 //! A committed or pending offset names an existing topic (a foreign key), so deleting a topic
 //! deletes the offsets committed for it. Producer ids only grow: an id is never handed out twice,
@@ -22,6 +23,8 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
+
+use crate::security::{AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType};
 
 /// A metadata database failure.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +118,17 @@ CREATE TABLE IF NOT EXISTS txn_pending_offsets (
     PRIMARY KEY (transactional_id, group_id, topic, partition)
 );
 CREATE INDEX IF NOT EXISTS txn_pending_offsets_by_group ON txn_pending_offsets (group_id);
+CREATE TABLE IF NOT EXISTS acls (
+    resource_type INTEGER NOT NULL,
+    resource_name TEXT NOT NULL,
+    pattern_type INTEGER NOT NULL,
+    principal TEXT NOT NULL,
+    host TEXT NOT NULL,
+    operation INTEGER NOT NULL,
+    permission_type INTEGER NOT NULL,
+    PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation,
+                 permission_type)
+);
 ";
 
 /// A group as stored: what survives a restart besides its offsets.
@@ -611,6 +625,81 @@ impl Catalog {
             )?;
             let rows = stmt.query_map([group_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect()
+        })
+    }
+}
+
+impl Catalog {
+    /// Every stored ACL (rows with codes this version does not know are skipped).
+    pub(crate) fn acls(&self) -> Result<Vec<AclBinding>, CatalogError> {
+        self.with("read ACLs", |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT resource_type, resource_name, pattern_type, principal, host, operation,
+                 permission_type FROM acls",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok((|| {
+                    Some(AclBinding {
+                        resource_type: ResourceType::from_code(r.get(0).ok()?)?,
+                        resource_name: r.get(1).ok()?,
+                        pattern_type: PatternType::from_code(r.get(2).ok()?)?,
+                        principal: r.get(3).ok()?,
+                        host: r.get(4).ok()?,
+                        operation: AclOperation::from_code(r.get(5).ok()?)?,
+                        permission_type: AclPermissionType::from_code(r.get(6).ok()?)?,
+                    })
+                })())
+            })?;
+            rows.filter_map(Result::transpose).collect()
+        })
+    }
+
+    /// Stores ACLs, all or none; one already stored is kept once.
+    pub(crate) fn add_acls(&self, acls: &[AclBinding]) -> Result<(), CatalogError> {
+        self.change_acls(
+            "store ACLs",
+            "INSERT OR IGNORE INTO acls (resource_type, resource_name,
+             pattern_type, principal, host, operation, permission_type)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            acls,
+        )
+    }
+
+    /// Deletes ACLs, all or none.
+    pub(crate) fn delete_acls(&self, acls: &[AclBinding]) -> Result<(), CatalogError> {
+        self.change_acls(
+            "delete ACLs",
+            "DELETE FROM acls WHERE resource_type = ?1 AND
+             resource_name = ?2 AND pattern_type = ?3 AND principal = ?4 AND host = ?5 AND
+             operation = ?6 AND permission_type = ?7",
+            acls,
+        )
+    }
+
+    /// Runs `sql` for each ACL (its fields as ?1 to ?7) in one transaction.
+    fn change_acls(
+        &self,
+        action: &'static str,
+        sql: &str,
+        acls: &[AclBinding],
+    ) -> Result<(), CatalogError> {
+        self.with(action, |conn| {
+            let tx = conn.transaction()?;
+            {
+                let mut stmt = tx.prepare_cached(sql)?;
+                for a in acls {
+                    stmt.execute(params![
+                        a.resource_type.code(),
+                        a.resource_name,
+                        a.pattern_type.code(),
+                        a.principal,
+                        a.host,
+                        a.operation.code(),
+                        a.permission_type.code()
+                    ])?;
+                }
+            }
+            tx.commit()
         })
     }
 }

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::security::AclBinding;
+
 /// Settings of the bundled broker, as written in the agent's `broker:` YAML section.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -93,6 +95,18 @@ pub struct BrokerConfig {
     /// A transactional id without any transaction for this long is forgotten (Kafka
     /// `transactional.id.expiration.ms`). Default 604800000 (7 days).
     pub transactional_id_expiration_ms: i64,
+    /// Whether a request on a resource that no ACL names at all is allowed (Kafka
+    /// `allow.everyone.if.no.acl.found`). Default true, unlike Kafka's false: with no ACLs
+    /// configured everything stays allowed; set false to allow only what an ACL allows.
+    pub allow_everyone_if_no_acl_found: bool,
+    /// Principals allowed everything, whatever the ACLs say (Kafka `super.users`, a list here
+    /// rather than `;`-separated), e.g. `[User:admin]`. Default none.
+    pub super_users: Vec<String>,
+    /// ACLs added at every start when missing, as `agent acls --add` adds them; they are
+    /// stored with the others, so removing one from this list does not remove it from the
+    /// broker (`agent acls --remove` does). No Kafka property: a convenience for pipeline
+    /// files. Default none.
+    pub acls: Vec<AclBinding>,
 }
 
 impl Default for BrokerConfig {
@@ -125,6 +139,9 @@ impl Default for BrokerConfig {
             transaction_max_timeout_ms: 900_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
+            allow_everyone_if_no_acl_found: true,
+            super_users: Vec::new(),
+            acls: Vec::new(),
         }
     }
 }
@@ -154,5 +171,32 @@ mod tests {
         assert_eq!(config.transactional_id_expiration_ms, 604_800_000);
         let unknown = serde_json::from_str::<BrokerConfig>(r#"{"num.partitions": 3}"#);
         assert!(unknown.is_err());
+    }
+
+    #[test]
+    fn reads_acls_with_kafka_defaults_for_omitted_fields() {
+        use crate::security::{AclOperation, AclPermissionType, PatternType, ResourceType};
+        let config: BrokerConfig = serde_json::from_str(
+            r#"{"allow_everyone_if_no_acl_found": false, "super_users": ["User:admin"],
+                "acls": [{"resource_type": "topic", "resource_name": "logs-",
+                          "pattern_type": "prefixed", "principal": "User:alice",
+                          "operation": "write"},
+                         {"resource_type": "transactional_id", "resource_name": "*",
+                          "principal": "User:*", "host": "10.0.0.1",
+                          "operation": "describe", "permission_type": "deny"}]}"#,
+        )
+        .unwrap();
+        assert!(!config.allow_everyone_if_no_acl_found);
+        assert_eq!(config.super_users, ["User:admin"]);
+        let first = &config.acls[0];
+        assert_eq!(first.resource_type, ResourceType::Topic);
+        assert_eq!(first.pattern_type, PatternType::Prefixed);
+        assert_eq!(first.host, "*");
+        assert_eq!(first.operation, AclOperation::Write);
+        assert_eq!(first.permission_type, AclPermissionType::Allow);
+        let second = &config.acls[1];
+        assert_eq!(second.pattern_type, PatternType::Literal);
+        assert_eq!(second.permission_type, AclPermissionType::Deny);
+        assert!(BrokerConfig::default().allow_everyone_if_no_acl_found);
     }
 }

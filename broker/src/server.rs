@@ -16,6 +16,7 @@ use crate::catalog::{Catalog, CatalogError};
 use crate::config::BrokerConfig;
 use crate::connection;
 use crate::groups::GroupCoordinator;
+use crate::security::Authorizer;
 use crate::topics::{TopicError, Topics};
 use crate::txn::TxnCoordinator;
 
@@ -58,6 +59,9 @@ impl From<TopicError> for BrokerError {
         BrokerError::Topics(e.to_string())
     }
 }
+
+/// What is loaded from the data directory before serving.
+type Loaded = (Topics, GroupCoordinator, TxnCoordinator, Authorizer, String);
 
 /// The bundled broker.
 #[derive(Debug)]
@@ -137,6 +141,9 @@ impl Broker {
                 config.transaction_max_timeout_ms, config.transactional_id_expiration_ms
             )));
         }
+        if let Some(error) = crate::security::config_error(&config) {
+            return Err(BrokerError::Config(error));
+        }
         std::fs::create_dir_all(&config.data_dir).map_err(|source| BrokerError::DataDir {
             path: config.data_dir.clone(),
             source,
@@ -155,39 +162,39 @@ impl Broker {
         // Recovery reads the active segments: blocking work, off the async threads.
         let loaded = {
             let config = config.clone();
-            tokio::task::spawn_blocking(
-                move || -> Result<(Topics, GroupCoordinator, TxnCoordinator, String), BrokerError> {
-                    let catalog = Catalog::open(&config.data_dir)?;
-                    let cluster_id = catalog.cluster_id()?;
-                    // The marker is removed while running, so a crash leaves none behind.
-                    let marker = config.data_dir.join(CLEAN_SHUTDOWN_MARKER);
-                    let clean_shutdown = marker.exists();
-                    if clean_shutdown {
-                        std::fs::remove_file(&marker).map_err(|source| BrokerError::DataDir {
-                            path: marker.clone(),
-                            source,
-                        })?;
-                    } else {
-                        tracing::info!("no clean shutdown marker: checking every segment");
-                    }
-                    let topics = Topics::open(config.clone(), catalog, clean_shutdown)?;
-                    let groups = GroupCoordinator::load(&config, topics.catalog())?;
-                    // Transactions decided before a stop get their markers (again) before
-                    // any client is served.
-                    let txns = TxnCoordinator::load(&config, topics.catalog())?;
-                    txns.recover(&topics);
-                    Ok((topics, groups, txns, cluster_id))
-                },
-            )
+            tokio::task::spawn_blocking(move || -> Result<Loaded, BrokerError> {
+                let catalog = Catalog::open(&config.data_dir)?;
+                let cluster_id = catalog.cluster_id()?;
+                // The marker is removed while running, so a crash leaves none behind.
+                let marker = config.data_dir.join(CLEAN_SHUTDOWN_MARKER);
+                let clean_shutdown = marker.exists();
+                if clean_shutdown {
+                    std::fs::remove_file(&marker).map_err(|source| BrokerError::DataDir {
+                        path: marker.clone(),
+                        source,
+                    })?;
+                } else {
+                    tracing::info!("no clean shutdown marker: checking every segment");
+                }
+                let topics = Topics::open(config.clone(), catalog, clean_shutdown)?;
+                let groups = GroupCoordinator::load(&config, topics.catalog())?;
+                // Transactions decided before a stop get their markers (again) before
+                // any client is served.
+                let txns = TxnCoordinator::load(&config, topics.catalog())?;
+                txns.recover(&topics);
+                let acls = Authorizer::load(&config, topics.catalog())?;
+                Ok((topics, groups, txns, acls, cluster_id))
+            })
             .await
             .map_err(|e| BrokerError::Topics(e.to_string()))??
         };
-        let (topics, groups, txns, cluster_id) = loaded;
+        let (topics, groups, txns, acls, cluster_id) = loaded;
         let (host, port) = advertised(&config, local_addr);
         let ctx = Arc::new(Context {
             topics,
             groups,
             txns,
+            acls,
             appended: Notify::new(),
             shutdown: CancellationToken::new(),
             node_id: config.node_id,

@@ -10,21 +10,6 @@ use std::process::Command;
 
 use common::*;
 
-fn kcat_available() -> bool {
-    let found = Command::new("kcat")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("FERRY_REQUIRE_KCAT").is_err(),
-            "kcat is required but not installed"
-        );
-        eprintln!("kcat not installed: skipping");
-    }
-    found
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kcat_lists_metadata_and_round_trips_a_file_of_lines() {
     if !kcat_available() {

@@ -1,7 +1,7 @@
 //! Kafka-style command-line tools (`topics`, `groups`, `console-producer`, `console-consumer`,
-//! `transactions`), built on librdkafka so that they work against any Kafka cluster, not only
-//! the bundled broker (`transactions` speaks the protocol itself: librdkafka has no admin call
-//! for it). Flags follow Kafka's own tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
+//! `transactions`, `acls`), built on librdkafka so that they work against any Kafka cluster, not
+//! only the bundled broker (`transactions` and `acls` speak the protocol themselves: the
+//! librdkafka binding has no admin call for them). Flags follow Kafka's own tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
 //! ...).
 
 use std::time::Duration;
@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use rdkafka::config::ClientConfig;
 
+pub mod acls;
 pub mod console;
 pub mod groups;
 mod scram;

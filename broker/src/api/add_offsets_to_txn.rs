@@ -9,6 +9,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 use crate::txn::{self, Addition};
 
 pub(super) struct AddOffsetsToTxn;
@@ -28,6 +29,15 @@ impl Handler for AddOffsetsToTxn {
         header: &RequestHeader,
         request: AddOffsetsToTxnRequest,
     ) -> Option<AddOffsetsToTxnResponse> {
+        let authorized = ctx
+            .check(
+                AclOperation::Write,
+                Resource::transactional_id(&request.transactional_id.0),
+            )
+            .and_then(|()| ctx.check(AclOperation::Read, Resource::group(&request.group_id.0)));
+        if let Err(e) = authorized {
+            return Some(AddOffsetsToTxnResponse::default().with_error_code(e.code()));
+        }
         let result = ctx.txns.add(
             &ctx.topics,
             &request.transactional_id.0,

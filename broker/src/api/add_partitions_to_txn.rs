@@ -15,6 +15,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 use crate::txn::{self, Addition};
 
 pub(super) struct AddPartitionsToTxn;
@@ -36,25 +37,37 @@ impl Handler for AddPartitionsToTxn {
     ) -> Option<AddPartitionsToTxnResponse> {
         let version = header.request_api_version;
         let topics = request.v3_and_below_topics;
-        let exists = |topic: &str, partition: i32| {
-            ctx.topics
+        // Write on the transactional id, then on each topic.
+        let id = Resource::transactional_id(&request.v3_and_below_transactional_id.0);
+        let checks = ctx.check_topics(
+            ctx.check(AclOperation::Write, id),
+            AclOperation::Write,
+            topics.iter().map(|t| t.name.0.as_str()),
+        );
+        let problem = |i: usize, topic: &str, partition: i32| {
+            let exists = ctx
+                .topics
                 .get(topic)
-                .is_some_and(|t| t.partition(partition).is_some())
+                .is_some_and(|t| t.partition(partition).is_some());
+            checks
+                .refusal(i)
+                .or((!exists).then_some(ResponseError::UnknownTopicOrPartition))
         };
-        let all_exist = topics
-            .iter()
-            .all(|t| t.partitions.iter().all(|p| exists(&t.name.0, *p)));
-        // As Kafka: with any partition unknown, none is added; the others are not attempted.
-        let error_of = |topic: &str, partition: i32, outcome: Option<ResponseError>| {
-            if all_exist {
+        let all_fine = topics.iter().enumerate().all(|(i, t)| {
+            t.partitions
+                .iter()
+                .all(|p| problem(i, &t.name.0, *p).is_none())
+        });
+        // As Kafka: with any partition refused or unknown, none is added; the others are not
+        // attempted.
+        let error_of = |i: usize, topic: &str, partition: i32, outcome: Option<ResponseError>| {
+            if all_fine {
                 outcome
-            } else if exists(topic, partition) {
-                Some(ResponseError::OperationNotAttempted)
             } else {
-                Some(ResponseError::UnknownTopicOrPartition)
+                problem(i, topic, partition).or(Some(ResponseError::OperationNotAttempted))
             }
         };
-        let outcome = if all_exist {
+        let outcome = if all_fine {
             let partitions: BTreeSet<(String, i32)> = topics
                 .iter()
                 .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
@@ -79,12 +92,13 @@ impl Handler for AddPartitionsToTxn {
         }
         let results = topics
             .into_iter()
-            .map(|t| {
+            .enumerate()
+            .map(|(i, t)| {
                 let partitions = t
                     .partitions
                     .iter()
                     .map(|p| {
-                        let error = error_of(&t.name.0, *p, outcome);
+                        let error = error_of(i, &t.name.0, *p, outcome);
                         AddPartitionsToTxnPartitionResult::default()
                             .with_partition_index(*p)
                             .with_partition_error_code(error.map_or(0, |e| e.code()))

@@ -11,8 +11,9 @@ use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceRespon
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, ApiKey, RequestHeader};
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
-use super::describe_configs::TOPIC;
-use super::{Context, Handler};
+use super::describe_configs::{TOPIC, check_config_resource};
+use super::{Context, Handler, denial_message};
+use crate::security::AclOperation;
 
 pub(super) struct AlterConfigs;
 
@@ -21,6 +22,9 @@ fn alter(
     resource: &AlterConfigsResource,
     validate_only: bool,
 ) -> Result<(), (ResponseError, String)> {
+    let (kind, name) = (resource.resource_type, &resource.resource_name);
+    check_config_resource(ctx, AclOperation::AlterConfigs, kind, name)
+        .map_err(|e| (e, denial_message(e)))?;
     if resource.resource_type != TOPIC {
         return Err((
             ResponseError::InvalidRequest,

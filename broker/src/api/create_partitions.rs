@@ -9,7 +9,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
-use super::{Context, Handler};
+use super::{Context, Handler, denial_message};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct CreatePartitions;
 
@@ -34,16 +35,19 @@ impl Handler for CreatePartitions {
                     a.iter()
                         .any(|p| p.broker_ids.len() != 1 || p.broker_ids[0].0 != ctx.node_id)
                 });
-                let outcome = if bad_assignment {
-                    Err((
-                        ResponseError::InvalidReplicaAssignment,
-                        format!("only broker {} exists", ctx.node_id),
-                    ))
-                } else {
-                    ctx.topics
-                        .add_partitions(&t.name, t.count, request.validate_only)
-                        .map_err(|e| (e.response_error(), e.to_string()))
-                };
+                let outcome =
+                    if let Err(e) = ctx.check(AclOperation::Alter, Resource::topic(&t.name)) {
+                        Err((e, denial_message(e)))
+                    } else if bad_assignment {
+                        Err((
+                            ResponseError::InvalidReplicaAssignment,
+                            format!("only broker {} exists", ctx.node_id),
+                        ))
+                    } else {
+                        ctx.topics
+                            .add_partitions(&t.name, t.count, request.validate_only)
+                            .map_err(|e| (e.response_error(), e.to_string()))
+                    };
                 match outcome {
                     Ok(()) => result,
                     Err((error, message)) => result

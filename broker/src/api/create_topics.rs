@@ -12,7 +12,7 @@ use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
 use super::describe_configs::topic_entries;
-use super::{Context, Handler};
+use super::{Context, Handler, denial_message};
 
 pub(super) struct CreateTopics;
 
@@ -24,6 +24,10 @@ fn create(ctx: &Context, wanted: &CreatableTopic, validate_only: bool) -> Creata
             .with_error_code(error.code())
             .with_error_message(Some(StrBytes::from_string(message)))
     };
+    if !ctx.may_create_topic(&wanted.name) {
+        let error = ResponseError::TopicAuthorizationFailed;
+        return fail(error, denial_message(error));
+    }
     let mut partitions = wanted.num_partitions;
     let mut replication = wanted.replication_factor;
     if !wanted.assignments.is_empty() {

@@ -7,6 +7,7 @@ use kafka_protocol::messages::{ApiKey, DeleteGroupsRequest, DeleteGroupsResponse
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct DeleteGroups;
 
@@ -26,7 +27,10 @@ impl Handler for DeleteGroups {
             .groups_names
             .into_iter()
             .map(|id| {
-                let error = ctx.groups.delete_group(&id.0);
+                let error = ctx
+                    .check(AclOperation::Delete, Resource::group(&id.0))
+                    .err()
+                    .or_else(|| ctx.groups.delete_group(&id.0));
                 DeletableGroupResult::default()
                     .with_group_id(id)
                     .with_error_code(error.map_or(0, |e| e.code()))

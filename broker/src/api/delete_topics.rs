@@ -11,6 +11,7 @@ use kafka_protocol::protocol::{StrBytes, VersionRange};
 use uuid::Uuid;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct DeleteTopics;
 
@@ -26,6 +27,9 @@ fn delete(ctx: &Context, name: Option<TopicName>, id: Uuid) -> DeletableTopicRes
     };
     let result = DeletableTopicResult::default()
         .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
+    if let Err(e) = ctx.check(AclOperation::Delete, Resource::topic(&name)) {
+        return result.with_topic_id(id).with_error_code(e.code());
+    }
     match ctx.topics.delete(&name) {
         Ok(topic) => result.with_topic_id(topic.id),
         Err(e) => result

@@ -9,6 +9,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct DescribeCluster;
 
@@ -24,6 +25,9 @@ impl Handler for DescribeCluster {
         _: &RequestHeader,
         _: DescribeClusterRequest,
     ) -> Option<DescribeClusterResponse> {
+        if let Err(e) = ctx.check(AclOperation::Describe, Resource::cluster()) {
+            return Some(DescribeClusterResponse::default().with_error_code(e.code()));
+        }
         let broker = DescribeClusterBroker::default()
             .with_broker_id(BrokerId(ctx.node_id))
             .with_host(ctx.host())

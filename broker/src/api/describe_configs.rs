@@ -14,6 +14,7 @@ use kafka_protocol::protocol::{StrBytes, VersionRange};
 
 use super::{Context, Handler};
 use crate::config::BrokerConfig;
+use crate::security::{AclOperation, Resource};
 use crate::topic_config::{LogConfig, TOPIC_CONFIGS};
 
 pub(super) struct DescribeConfigs;
@@ -21,6 +22,21 @@ pub(super) struct DescribeConfigs;
 /// Kafka's resource types.
 pub(super) const TOPIC: i8 = 2;
 pub(super) const BROKER: i8 = 4;
+
+/// The check of a config resource: `operation` (DescribeConfigs, AlterConfigs) on the topic,
+/// or on the cluster for a broker.
+pub(super) fn check_config_resource(
+    ctx: &Context,
+    operation: AclOperation,
+    resource_type: i8,
+    name: &str,
+) -> Result<(), ResponseError> {
+    match resource_type {
+        TOPIC => ctx.check(operation, Resource::topic(name)),
+        BROKER => ctx.check(operation, Resource::cluster()),
+        _ => Ok(()),
+    }
+}
 
 /// Kafka's config sources.
 const TOPIC_CONFIG: i8 = 1;
@@ -171,6 +187,15 @@ impl Handler for DescribeConfigs {
                 let result = DescribeConfigsResult::default()
                     .with_resource_type(resource.resource_type)
                     .with_resource_name(resource.resource_name.clone());
+                let checked = check_config_resource(
+                    ctx,
+                    AclOperation::DescribeConfigs,
+                    resource.resource_type,
+                    &resource.resource_name,
+                );
+                if let Err(e) = checked {
+                    return result.with_error_code(e.code());
+                }
                 let entries = match resource.resource_type {
                     TOPIC => match ctx.topics.get(&resource.resource_name) {
                         Some(topic) => topic_entries(ctx, &topic.configs),

@@ -10,6 +10,7 @@ use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler, text};
 use crate::groups::GroupState;
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct DescribeGroups;
 
@@ -36,6 +37,9 @@ impl Handler for DescribeGroups {
                 let mut described = DescribedGroup::default().with_group_id(id.clone());
                 if version >= 3 {
                     described = described.with_authorized_operations(OPERATIONS_OMITTED);
+                }
+                if let Err(e) = ctx.check(AclOperation::Describe, Resource::group(&id.0)) {
+                    return described.with_error_code(e.code());
                 }
                 // An unknown group is described as Dead without an error, as Kafka does.
                 let Some(group) = ctx.groups.describe(&id.0) else {

@@ -12,6 +12,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler, text};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct DescribeTransactions;
 
@@ -32,6 +33,10 @@ impl Handler for DescribeTransactions {
             .into_iter()
             .map(|id| {
                 let answer = TransactionState::default().with_transactional_id(id.clone());
+                if let Err(e) = ctx.check(AclOperation::Describe, Resource::transactional_id(&id.0))
+                {
+                    return answer.with_error_code(e.code());
+                }
                 match ctx.txns.describe(&id.0) {
                     Ok(d) => {
                         let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();

@@ -8,6 +8,7 @@ use kafka_protocol::messages::{ApiKey, EndTxnRequest, EndTxnResponse, RequestHea
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 use crate::txn;
 
 pub(super) struct EndTxn;
@@ -28,6 +29,10 @@ impl Handler for EndTxn {
         header: &RequestHeader,
         request: EndTxnRequest,
     ) -> Option<EndTxnResponse> {
+        let id = Resource::transactional_id(&request.transactional_id.0);
+        if let Err(e) = ctx.check(AclOperation::Write, id) {
+            return Some(EndTxnResponse::default().with_error_code(e.code()));
+        }
         let result = ctx.txns.end(
             &ctx.topics,
             &request.transactional_id.0,

@@ -41,6 +41,7 @@ use tokio::time::Instant;
 
 use super::{ApiError, Context, Frame, Handler, IntoFrame, encode_error, encode_response};
 use crate::log::{FileSlice, Read};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct Fetch;
 
@@ -84,14 +85,23 @@ fn collect(
         } else {
             ResponseError::UnknownTopicOrPartition
         };
+        // Named topics are checked whether they exist or not, as Kafka does.
+        let name = if version >= TOPIC_IDS_FROM {
+            topic.as_ref().map(|t| t.name.as_str())
+        } else {
+            Some(wanted.topic.0.as_str())
+        };
+        let denied = name.is_some_and(|n| !ctx.authorize(AclOperation::Read, Resource::topic(n)));
         let partitions = wanted
             .partitions
             .iter()
             .map(|p| {
                 let data = PartitionData::default().with_partition_index(p.partition);
-                let Some(partition) = topic.as_ref().and_then(|t| t.partition(p.partition)) else {
+                let found = topic.as_ref().filter(|_| !denied);
+                let Some(partition) = found.and_then(|t| t.partition(p.partition)) else {
                     any_error = true;
-                    return data.with_error_code(missing_error.code()).with_high_watermark(-1);
+                    let error = if denied { ResponseError::TopicAuthorizationFailed } else { missing_error };
+                    return data.with_error_code(error.code()).with_high_watermark(-1);
                 };
                 // Only locate the bytes under the lock; read them after releasing it.
                 let (start, end, stable, read, aborted) = {

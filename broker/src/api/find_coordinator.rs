@@ -14,6 +14,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct FindCoordinator;
 
@@ -23,20 +24,25 @@ const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
 fn coordinator(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
+    let checked = match key_type {
+        GROUP => ctx.check(AclOperation::Describe, Resource::group(&key)),
+        TRANSACTION => ctx.check(AclOperation::Describe, Resource::transactional_id(&key)),
+        _ => Err(ResponseError::InvalidRequest),
+    };
     let found = Coordinator::default().with_key(key);
-    if key_type == GROUP || key_type == TRANSACTION {
-        found
+    match checked {
+        Ok(()) => found
             .with_node_id(BrokerId(ctx.node_id))
             .with_host(ctx.host())
-            .with_port(ctx.port)
-    } else {
-        found
+            .with_port(ctx.port),
+        Err(error) => found
             .with_node_id(BrokerId(-1))
             .with_port(-1)
-            .with_error_code(ResponseError::InvalidRequest.code())
-            .with_error_message(Some(StrBytes::from_static_str(
-                "unsupported coordinator key type",
-            )))
+            .with_error_code(error.code())
+            .with_error_message(
+                (error == ResponseError::InvalidRequest)
+                    .then(|| StrBytes::from_static_str("unsupported coordinator key type")),
+            ),
     }
 }
 

@@ -7,6 +7,7 @@ use kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse, Requ
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct Heartbeat;
 
@@ -22,12 +23,18 @@ impl Handler for Heartbeat {
         _: &RequestHeader,
         request: HeartbeatRequest,
     ) -> Option<HeartbeatResponse> {
-        let error = ctx.groups.heartbeat(
-            &request.group_id.0,
-            &request.member_id,
-            request.group_instance_id.as_deref(),
-            request.generation_id,
-        );
+        let group = &request.group_id.0;
+        let error = ctx
+            .check(AclOperation::Read, Resource::group(group))
+            .err()
+            .or_else(|| {
+                ctx.groups.heartbeat(
+                    group,
+                    &request.member_id,
+                    request.group_instance_id.as_deref(),
+                    request.generation_id,
+                )
+            });
         Some(HeartbeatResponse::default().with_error_code(error.map_or(0, |e| e.code())))
     }
 }

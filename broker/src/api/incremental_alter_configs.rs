@@ -10,8 +10,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
-use super::describe_configs::TOPIC;
-use super::{Context, Handler};
+use super::describe_configs::{TOPIC, check_config_resource};
+use super::{Context, Handler, denial_message};
+use crate::security::AclOperation;
 
 pub(super) struct IncrementalAlterConfigs;
 
@@ -23,6 +24,9 @@ fn alter(
     resource: &AlterConfigsResource,
     validate_only: bool,
 ) -> Result<(), (ResponseError, String)> {
+    let (kind, name) = (resource.resource_type, &resource.resource_name);
+    check_config_resource(ctx, AclOperation::AlterConfigs, kind, name)
+        .map_err(|e| (e, denial_message(e)))?;
     if resource.resource_type != TOPIC {
         return Err((
             ResponseError::InvalidRequest,

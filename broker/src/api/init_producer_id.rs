@@ -9,6 +9,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 use crate::txn::{self, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 
 pub(super) struct InitProducerId;
@@ -47,6 +48,13 @@ impl Handler for InitProducerId {
             (id, epoch) => Some((id, epoch)),
         };
         let transactional_id = request.transactional_id.as_ref().map(|t| t.0.as_str());
+        let authorized = match transactional_id {
+            Some(id) => ctx.check(AclOperation::Write, Resource::transactional_id(id)),
+            None => ctx.check_idempotent_write(),
+        };
+        if let Err(e) = authorized {
+            return Some(failed(e));
+        }
         let result = ctx.txns.init_producer_id(
             &ctx.topics,
             transactional_id,

@@ -10,6 +10,7 @@ use kafka_protocol::protocol::{StrBytes, VersionRange};
 
 use super::{Context, Handler, client_host, text};
 use crate::groups::{JoinOutcome, JoinRequest, Protocol};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct JoinGroup;
 
@@ -94,6 +95,9 @@ impl Handler for JoinGroup {
             require_known_member_id: version >= MEMBER_ID_REQUIRED_FROM,
             supports_skip_assignment: version >= SKIP_ASSIGNMENT_FROM,
         };
+        if let Err(e) = ctx.check(AclOperation::Read, Resource::group(&request.group_id.0)) {
+            return Some(response(JoinOutcome::error(e, &member_id), version));
+        }
         let reply = ctx.groups.join(&request.group_id.0, join);
         let outcome = ctx
             .answer(reply, || {

@@ -7,6 +7,7 @@ use kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse, Re
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct LeaveGroup;
 
@@ -25,6 +26,9 @@ impl Handler for LeaveGroup {
         header: &RequestHeader,
         request: LeaveGroupRequest,
     ) -> Option<LeaveGroupResponse> {
+        if let Err(e) = ctx.check(AclOperation::Read, Resource::group(&request.group_id.0)) {
+            return Some(LeaveGroupResponse::default().with_error_code(e.code()));
+        }
         if header.request_api_version < BATCH_FROM {
             let leaving = [(request.member_id.to_string(), None)];
             let error = ctx

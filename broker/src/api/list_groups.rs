@@ -10,6 +10,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
 use super::{Context, Handler, text};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct ListGroups;
 
@@ -32,10 +33,15 @@ impl Handler for ListGroups {
         request: ListGroupsRequest,
     ) -> Option<ListGroupsResponse> {
         let version = header.request_api_version;
+        // Describe on the cluster lists every group; otherwise those the caller may describe.
+        let everything = ctx.authorize(AclOperation::Describe, Resource::cluster());
         let groups = ctx
             .groups
             .list()
             .into_iter()
+            .filter(|(id, _, _)| {
+                everything || ctx.authorize(AclOperation::Describe, Resource::group(id))
+            })
             .filter(|(_, _, state)| matches(&request.states_filter, state.name()))
             .filter(|_| matches(&request.types_filter, CLASSIC))
             .map(|(id, protocol_type, state)| {

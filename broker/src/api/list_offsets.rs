@@ -12,6 +12,7 @@ use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse, 
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct ListOffsets;
 
@@ -42,7 +43,7 @@ impl Handler for ListOffsets {
             .topics
             .into_iter()
             .map(|wanted| {
-                let topic = ctx.topics.get(&wanted.name);
+                let topic = ctx.check(AclOperation::Describe, Resource::topic(&wanted.name)).map(|()| ctx.topics.get(&wanted.name));
                 let partitions = wanted
                     .partitions
                     .iter()
@@ -51,7 +52,11 @@ impl Handler for ListOffsets {
                             .with_partition_index(p.partition_index)
                             .with_timestamp(-1)
                             .with_offset(-1);
-                        let Some(partition) = topic.as_ref().and_then(|t| t.partition(p.partition_index)) else {
+                        let partition = match &topic {
+                            Ok(topic) => topic.as_ref().and_then(|t| t.partition(p.partition_index)),
+                            Err(denied) => return response.with_error_code(denied.code()),
+                        };
+                        let Some(partition) = partition else {
                             return response.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                         };
                         let log = partition.log();

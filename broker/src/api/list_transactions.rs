@@ -11,6 +11,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler, text};
+use crate::security::{AclOperation, Resource};
 use crate::txn::TxnState;
 
 pub(super) struct ListTransactions;
@@ -50,6 +51,12 @@ impl Handler for ListTransactions {
         };
         let listed = listed
             .into_iter()
+            .filter(|d| {
+                ctx.authorize(
+                    AclOperation::Describe,
+                    Resource::transactional_id(&d.transactional_id),
+                )
+            })
             .map(|d| {
                 TransactionState::default()
                     .with_transactional_id(TransactionalId(text(&d.transactional_id)))

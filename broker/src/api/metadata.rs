@@ -12,7 +12,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
 use super::{Context, Handler};
-use crate::topics::{Topic, TopicError};
+use crate::security::{AclOperation, Resource};
+use crate::topics::Topic;
 
 pub(super) struct Metadata;
 
@@ -57,29 +58,39 @@ impl Handler for Metadata {
     ) -> Option<MetadataResponse> {
         // Before v4 there is no flag and Kafka auto-creates.
         let allow_create = request.allow_auto_topic_creation || header.request_api_version < 4;
-        let topics = match request.topics {
-            // v0 uses an empty list for "all topics"; later versions use null.
-            None => ctx.topics.all().iter().map(|t| describe_topic(ctx, t)).collect(),
-            Some(list) if list.is_empty() && header.request_api_version == 0 => {
-                ctx.topics.all().iter().map(|t| describe_topic(ctx, t)).collect()
+        let described = |topic: Arc<Topic>| {
+            if ctx.authorize(AclOperation::Describe, Resource::topic(&topic.name)) {
+                describe_topic(ctx, &topic)
+            } else {
+                failed_topic(None, ResponseError::TopicAuthorizationFailed).with_topic_id(topic.id)
             }
-            Some(list) => list
+        };
+        let topics = match request.topics {
+            // v0 uses an empty list for "all topics"; later versions use null. Topics the
+            // caller may not describe are left out.
+            Some(list) if !(list.is_empty() && header.request_api_version == 0) => list
                 .into_iter()
                 .map(|wanted| match &wanted.name {
-                    Some(name) => match ctx.topics.get_or_create(name, allow_create) {
-                        Ok(topic) => describe_topic(ctx, &topic),
-                        Err(e) => {
-                            if !matches!(e, TopicError::Unknown(_)) {
-                                tracing::debug!(topic = %name.0, error = %e, "metadata for topic failed");
-                            }
-                            failed_topic(wanted.name.clone(), e.response_error())
-                        }
-                    },
+                    Some(name) => ctx
+                        .check(AclOperation::Describe, Resource::topic(name))
+                        .and_then(|()| ctx.topic_or_create(name, allow_create))
+                        .map_or_else(
+                            |e| failed_topic(wanted.name.clone(), e),
+                            |topic| describe_topic(ctx, &topic),
+                        ),
                     None => match ctx.topics.get_by_id(wanted.topic_id) {
-                        Some(topic) => describe_topic(ctx, &topic),
-                        None => failed_topic(None, ResponseError::UnknownTopicId).with_topic_id(wanted.topic_id),
+                        Some(topic) => described(topic),
+                        None => failed_topic(None, ResponseError::UnknownTopicId)
+                            .with_topic_id(wanted.topic_id),
                     },
                 })
+                .collect(),
+            _ => ctx
+                .topics
+                .all()
+                .iter()
+                .filter(|t| ctx.authorize(AclOperation::Describe, Resource::topic(&t.name)))
+                .map(|t| describe_topic(ctx, t))
                 .collect(),
         };
         let broker = MetadataResponseBroker::default()

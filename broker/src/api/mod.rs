@@ -9,10 +9,13 @@ mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
 mod api_versions;
+mod create_acls;
 mod create_partitions;
 mod create_topics;
+mod delete_acls;
 mod delete_groups;
 mod delete_topics;
+mod describe_acls;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
@@ -44,6 +47,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes, VersionRange};
 use tokio::sync::Notify;
@@ -51,7 +55,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::groups::{self, GroupCoordinator};
 use crate::log::FileSlice;
-use crate::topics::Topics;
+use crate::security::{AclOperation, Authorizer, Resource, ResourceType};
+use crate::topics::{Topic, TopicError, Topics};
 use crate::txn::TxnCoordinator;
 
 pub(crate) use api_versions::unsupported_version_response;
@@ -61,12 +66,13 @@ pub(crate) fn client_host() -> String {
     crate::security::session().client_host.clone()
 }
 
-/// What every handler can reach: the topics, the groups, the transactions and broker-wide
-/// facts.
+/// What every handler can reach: the topics, the groups, the transactions, the ACLs and
+/// broker-wide facts.
 pub(crate) struct Context {
     pub(crate) topics: Topics,
     pub(crate) groups: GroupCoordinator,
     pub(crate) txns: TxnCoordinator,
+    pub(crate) acls: Authorizer,
     /// Woken after every append, for long-polling fetches.
     pub(crate) appended: Notify,
     /// Cancelled when the broker shuts down.
@@ -78,6 +84,119 @@ pub(crate) struct Context {
 }
 
 impl Context {
+    /// Whether the caller of the request being served may perform `operation` on `resource`
+    /// (see [`crate::security::Authorizer`]); a denial is logged at debug, in the words of
+    /// Kafka's authorizer log.
+    pub(crate) fn authorize(&self, operation: AclOperation, resource: Resource<'_>) -> bool {
+        let session = crate::security::session();
+        let allowed = self.acls.authorize(&session, operation, resource);
+        if !allowed {
+            tracing::debug!(
+                "Principal = {} is Denied Operation = {operation} from host = {} on resource = \
+                 {resource}",
+                session.principal,
+                session.ip
+            );
+        }
+        allowed
+    }
+
+    /// [`Context::authorize`], as the error Kafka answers a denial on this kind of resource
+    /// with (TOPIC_AUTHORIZATION_FAILED, GROUP_..., TRANSACTIONAL_ID_..., CLUSTER_...).
+    pub(crate) fn check(
+        &self,
+        operation: AclOperation,
+        resource: Resource<'_>,
+    ) -> Result<(), ResponseError> {
+        if self.authorize(operation, resource) {
+            return Ok(());
+        }
+        Err(match resource.resource_type {
+            ResourceType::Topic => ResponseError::TopicAuthorizationFailed,
+            ResourceType::Group => ResponseError::GroupAuthorizationFailed,
+            ResourceType::TransactionalId => ResponseError::TransactionalIdAuthorizationFailed,
+            ResourceType::Cluster => ResponseError::ClusterAuthorizationFailed,
+        })
+    }
+
+    /// The checks of the topics of a request that acts on partitions of several of them:
+    /// `whole` (the check of its group or transactional id) refuses every topic when it
+    /// failed; otherwise each topic the caller may not `operation` is refused with
+    /// TOPIC_AUTHORIZATION_FAILED.
+    pub(crate) fn check_topics<'a>(
+        &self,
+        whole: Result<(), ResponseError>,
+        operation: AclOperation,
+        topics: impl IntoIterator<Item = &'a str>,
+    ) -> TopicChecks {
+        TopicChecks(
+            topics
+                .into_iter()
+                .map(|name| {
+                    whole
+                        .and_then(|()| self.check(operation, Resource::topic(name)))
+                        .err()
+                })
+                .collect(),
+        )
+    }
+
+    /// The check of an idempotent producer (InitProducerId without a transactional id):
+    /// IdempotentWrite on the cluster, or Write on any topic (KIP-679), else
+    /// CLUSTER_AUTHORIZATION_FAILED.
+    pub(crate) fn check_idempotent_write(&self) -> Result<(), ResponseError> {
+        let session = crate::security::session();
+        let cluster = Resource::cluster();
+        if self
+            .acls
+            .authorize(&session, AclOperation::IdempotentWrite, cluster)
+            || self
+                .acls
+                .authorize_any(&session, AclOperation::Write, ResourceType::Topic)
+        {
+            return Ok(());
+        }
+        tracing::debug!(
+            "Principal = {} is Denied Operation = {} from host = {} on resource = {cluster} \
+             (nor has Write on any topic)",
+            session.principal,
+            AclOperation::IdempotentWrite,
+            session.ip
+        );
+        Err(ResponseError::ClusterAuthorizationFailed)
+    }
+
+    /// Whether the caller may create topic `name`: Create on the cluster or on the topic.
+    pub(crate) fn may_create_topic(&self, name: &str) -> bool {
+        let session = crate::security::session();
+        self.acls
+            .authorize(&session, AclOperation::Create, Resource::cluster())
+            || self.authorize(AclOperation::Create, Resource::topic(name))
+    }
+
+    /// The topic `name`. A missing one asked to be auto-created (`create`) is, when
+    /// auto-creation is on and the caller may create it; when it may not, the answer is
+    /// TOPIC_AUTHORIZATION_FAILED, as Kafka answers Metadata.
+    pub(crate) fn topic_or_create(
+        &self,
+        name: &str,
+        create: bool,
+    ) -> Result<Arc<Topic>, ResponseError> {
+        if let Some(topic) = self.topics.get(name) {
+            return Ok(topic);
+        }
+        let create = create && self.topics.broker_config().auto_create_topics_enable;
+        if create && !self.may_create_topic(name) {
+            return Err(ResponseError::TopicAuthorizationFailed);
+        }
+        self.topics.get_or_create(name, create).map_err(|e| {
+            if !matches!(e, TopicError::Unknown(_)) {
+                tracing::debug!(topic = name, error = %e, "topic auto-creation failed");
+            }
+            e.response_error()
+        })
+    }
+
     /// The cluster id as a protocol string.
     pub(crate) fn cluster_id(&self) -> StrBytes {
         StrBytes::from_string(self.cluster_id.clone())
@@ -100,6 +219,51 @@ impl Context {
             },
         }
     }
+}
+
+/// Each topic's refusal, if any, in request order (see [`Context::check_topics`]).
+pub(crate) struct TopicChecks(Vec<Option<ResponseError>>);
+
+impl TopicChecks {
+    /// The error topic `i` gets, if refused.
+    pub(crate) fn refusal(&self, i: usize) -> Option<ResponseError> {
+        self.0.get(i).copied().flatten()
+    }
+
+    /// Whether topic `i` may be acted on.
+    pub(crate) fn allowed(&self, i: usize) -> bool {
+        self.refusal(i).is_none()
+    }
+
+    /// The answer of every partition in request order, given each topic's partition count
+    /// and `answers`, one per partition of the allowed topics, in order.
+    pub(crate) fn merge(
+        &self,
+        partition_counts: impl IntoIterator<Item = usize>,
+        answers: impl IntoIterator<Item = Option<ResponseError>>,
+    ) -> Vec<Option<ResponseError>> {
+        let mut answers = answers.into_iter();
+        let mut merged = Vec::new();
+        for (i, count) in partition_counts.into_iter().enumerate() {
+            let refusal = self.refusal(i);
+            merged.extend((0..count).map(|_| refusal.or_else(|| answers.next().flatten())));
+        }
+        merged
+    }
+}
+
+/// The message Kafka sends with an authorization error (its exceptions' default messages).
+pub(crate) fn denial_message(error: ResponseError) -> String {
+    match error {
+        ResponseError::TopicAuthorizationFailed => "Topic authorization failed.",
+        ResponseError::GroupAuthorizationFailed => "Group authorization failed.",
+        ResponseError::TransactionalIdAuthorizationFailed => {
+            "Transactional Id authorization failed."
+        }
+        ResponseError::ClusterAuthorizationFailed => "Cluster authorization failed.",
+        _ => return error.to_string(),
+    }
+    .to_owned()
 }
 
 /// A protocol string.
@@ -244,6 +408,9 @@ pub(crate) const ROUTES: &[Route] = &[
     route::<txn_offset_commit::TxnOffsetCommit>(),
     route::<describe_transactions::DescribeTransactions>(),
     route::<list_transactions::ListTransactions>(),
+    route::<create_acls::CreateAcls>(),
+    route::<describe_acls::DescribeAcls>(),
+    route::<delete_acls::DeleteAcls>(),
 ];
 
 /// The route for an api key, if served.
@@ -333,10 +500,12 @@ pub(crate) mod tests {
         let groups = GroupCoordinator::load(&config, topics.catalog()).unwrap();
         let txns = TxnCoordinator::load(&config, topics.catalog()).unwrap();
         txns.recover(&topics);
+        let acls = Authorizer::load(&config, topics.catalog()).unwrap();
         Arc::new(Context {
             topics,
             groups,
             txns,
+            acls,
             appended: Notify::new(),
             shutdown: CancellationToken::new(),
             node_id: 0,

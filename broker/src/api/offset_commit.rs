@@ -11,6 +11,7 @@ use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
 use crate::groups::{Committer, OffsetToCommit};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct OffsetCommit;
 
@@ -31,10 +32,18 @@ impl Handler for OffsetCommit {
         request: OffsetCommitRequest,
     ) -> Option<OffsetCommitResponse> {
         let with_epoch = header.request_api_version >= LEADER_EPOCH_FROM;
-        let offsets = request
+        let group = ctx.check(AclOperation::Read, Resource::group(&request.group_id.0));
+        let checks = ctx.check_topics(
+            group,
+            AclOperation::Read,
+            request.topics.iter().map(|t| t.name.0.as_str()),
+        );
+        let offsets: Vec<_> = request
             .topics
             .iter()
-            .flat_map(|t| {
+            .enumerate()
+            .filter(|(i, _)| checks.allowed(*i))
+            .flat_map(|(_, t)| {
                 t.partitions.iter().map(|p| OffsetToCommit {
                     topic: t.name.0.to_string(),
                     partition: p.partition_index,
@@ -53,10 +62,15 @@ impl Handler for OffsetCommit {
             instance_id: request.group_instance_id.as_deref(),
             generation: request.generation_id_or_member_epoch,
         };
-        let mut errors = ctx
-            .groups
-            .commit(&ctx.topics, &request.group_id.0, committer, offsets)
-            .into_iter();
+        // Nothing allowed: the group is not touched.
+        let answers = if offsets.is_empty() {
+            Vec::new()
+        } else {
+            ctx.groups
+                .commit(&ctx.topics, &request.group_id.0, committer, offsets)
+        };
+        let counts = request.topics.iter().map(|t| t.partitions.len());
+        let mut errors = checks.merge(counts, answers).into_iter();
         let topics = request
             .topics
             .into_iter()

@@ -9,6 +9,7 @@ use kafka_protocol::messages::{ApiKey, OffsetDeleteRequest, OffsetDeleteResponse
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct OffsetDelete;
 
@@ -24,10 +25,20 @@ impl Handler for OffsetDelete {
         _: &RequestHeader,
         request: OffsetDeleteRequest,
     ) -> Option<OffsetDeleteResponse> {
+        if let Err(e) = ctx.check(AclOperation::Delete, Resource::group(&request.group_id.0)) {
+            return Some(OffsetDeleteResponse::default().with_error_code(e.code()));
+        }
+        let checks = ctx.check_topics(
+            Ok(()),
+            AclOperation::Read,
+            request.topics.iter().map(|t| t.name.0.as_str()),
+        );
         let partitions: Vec<(String, i32)> = request
             .topics
             .iter()
-            .flat_map(|t| {
+            .enumerate()
+            .filter(|(i, _)| checks.allowed(*i))
+            .flat_map(|(_, t)| {
                 t.partitions
                     .iter()
                     .map(|p| (t.name.0.to_string(), p.partition_index))
@@ -37,7 +48,8 @@ impl Handler for OffsetDelete {
             Ok(errors) => errors,
             Err(e) => return Some(OffsetDeleteResponse::default().with_error_code(e.code())),
         };
-        let mut errors = errors.into_iter();
+        let counts = request.topics.iter().map(|t| t.partitions.len());
+        let mut errors = checks.merge(counts, errors).into_iter();
         let topics = request
             .topics
             .into_iter()

@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler, text};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct OffsetFetch;
 
@@ -36,14 +37,30 @@ struct Found {
     error: Option<ResponseError>,
 }
 
+impl Found {
+    /// A partition answered with `error` instead of its offset.
+    fn failed(partition: i32, error: ResponseError) -> Found {
+        Found {
+            partition,
+            offset: -1,
+            leader_epoch: -1,
+            metadata: Some(String::new()),
+            error: Some(error),
+        }
+    }
+}
+
 /// The offsets of `group` for `wanted` (topic → partitions), or all of them for `None`;
-/// `require_stable` refuses those with offsets pending in an open transaction.
+/// `require_stable` refuses those with offsets pending in an open transaction. The caller
+/// must be allowed to describe the group and each topic: a topic asked for that it may not
+/// describe gets TOPIC_AUTHORIZATION_FAILED, one it did not ask for is left out.
 fn lookup(
     ctx: &Context,
     group: &str,
     wanted: Option<Vec<(TopicName, Vec<i32>)>>,
     require_stable: bool,
 ) -> Result<Vec<(TopicName, Vec<Found>)>, ResponseError> {
+    ctx.check(AclOperation::Describe, Resource::group(group))?;
     let committed = ctx.groups.committed(group).map_err(|e| {
         tracing::error!(group, error = %e, "cannot read committed offsets");
         ResponseError::UnknownServerError
@@ -58,13 +75,7 @@ fn lookup(
     };
     let found = |(topic, partition): (String, i32)| {
         if pending.contains(&(topic.clone(), partition)) {
-            return Found {
-                partition,
-                offset: -1,
-                leader_epoch: -1,
-                metadata: Some(String::new()),
-                error: Some(ResponseError::UnstableOffsetCommit),
-            };
+            return Found::failed(partition, ResponseError::UnstableOffsetCommit);
         }
         let stored = committed.get(&(topic, partition));
         Found {
@@ -79,9 +90,15 @@ fn lookup(
         Some(topics) => topics
             .into_iter()
             .map(|(name, partitions)| {
+                let refused = ctx
+                    .check(AclOperation::Describe, Resource::topic(&name.0))
+                    .err();
                 let rows = partitions
                     .into_iter()
-                    .map(|p| found((name.0.to_string(), p)))
+                    .map(|p| match refused {
+                        Some(error) => Found::failed(p, error),
+                        None => found((name.0.to_string(), p)),
+                    })
                     .collect();
                 (name, rows)
             })
@@ -96,6 +113,7 @@ fn lookup(
             }
             by_topic
                 .into_iter()
+                .filter(|(topic, _)| ctx.authorize(AclOperation::Describe, Resource::topic(topic)))
                 .map(|(topic, rows)| (TopicName(text(&topic)), rows))
                 .collect()
         }

@@ -12,6 +12,7 @@ use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
 use crate::log::{AppendError, ProducerError, batch};
+use crate::security::{AclOperation, Resource};
 use crate::topics::Topic;
 
 pub(super) struct Produce;
@@ -94,15 +95,20 @@ impl Handler for Produce {
         // acks other than 0, 1 and -1 (all) fail every partition.
         let acks_error =
             (!matches!(request.acks, -1..=1)).then_some(ResponseError::InvalidRequiredAcks);
+        // Transactional records need Write on the transactional id, or every partition fails.
+        let request_error = acks_error.or_else(|| {
+            let id = request.transactional_id.as_ref()?;
+            ctx.check(AclOperation::Write, Resource::transactional_id(&id.0))
+                .err()
+        });
         let mut responses = Vec::with_capacity(request.topic_data.len());
         let mut appended = false;
         for topic_data in request.topic_data {
-            let topic = match acks_error {
+            let topic = match request_error {
                 Some(error) => Err(error),
                 None => ctx
-                    .topics
-                    .get_or_create(&topic_data.name, true)
-                    .map_err(|e| e.response_error()),
+                    .check(AclOperation::Write, Resource::topic(&topic_data.name))
+                    .and_then(|()| ctx.topic_or_create(&topic_data.name, true)),
             };
             let partitions = topic_data
                 .partition_data

@@ -279,6 +279,41 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
                 .with_transactional_id_pattern(if version >= 2 { Some(s()) } else { None }),
             version,
         ),
+        ApiKey::CreateAcls => encode(
+            CreateAclsRequest::default().with_creations(vec![
+                create_acls_request::AclCreation::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s())
+                    .with_resource_pattern_type(3)
+                    .with_principal(StrBytes::from_static_str("User:ANONYMOUS"))
+                    .with_host(StrBytes::from_static_str("*"))
+                    .with_operation(2)
+                    .with_permission_type(3),
+            ]),
+            version,
+        ),
+        ApiKey::DescribeAcls => encode(
+            DescribeAclsRequest::default()
+                .with_resource_type_filter(1)
+                .with_resource_name_filter(Some(s()))
+                .with_pattern_type_filter(2)
+                .with_principal_filter(Some(s()))
+                .with_host_filter(Some(s()))
+                .with_operation(1)
+                .with_permission_type(1),
+            version,
+        ),
+        ApiKey::DeleteAcls => encode(
+            DeleteAclsRequest::default().with_filters(vec![
+                delete_acls_request::DeleteAclsFilter::default()
+                    .with_resource_type_filter(1)
+                    .with_resource_name_filter(Some(s()))
+                    .with_pattern_type_filter(1)
+                    .with_operation(1)
+                    .with_permission_type(1),
+            ]),
+            version,
+        ),
         other => panic!("no sample for {other:?}"),
     }
 }

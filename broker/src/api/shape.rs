@@ -371,6 +371,25 @@ pub(crate) const LIST_TRANSACTIONS: Shape = Shape {
     ],
 };
 
+/// An ACL filter (DescribeAcls, a DeleteAcls filter) and an ACL creation have the same fields:
+/// resource type, name, pattern type, principal, host, operation, permission type.
+const ACL_FIELDS: &[Field] = &[f(I8), f(Str), f(I8), f(Str), f(Str), f(I8), f(I8)];
+
+pub(crate) const DESCRIBE_ACLS: Shape = Shape {
+    flexible_from: 2,
+    fields: ACL_FIELDS,
+};
+
+pub(crate) const CREATE_ACLS: Shape = Shape {
+    flexible_from: 2,
+    fields: &[f(Structs(ACL_FIELDS))],
+};
+
+pub(crate) const DELETE_ACLS: Shape = Shape {
+    flexible_from: 2,
+    fields: &[f(Structs(ACL_FIELDS))],
+};
+
 /// Where and why a request does not fit its shape.
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error("malformed request body at byte {at}: {what}")]

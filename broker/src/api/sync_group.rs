@@ -9,6 +9,7 @@ use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler, text};
 use crate::groups::{SyncOutcome, SyncRequest};
+use crate::security::{AclOperation, Resource};
 
 pub(super) struct SyncGroup;
 
@@ -40,12 +41,16 @@ impl Handler for SyncGroup {
             protocol_name: request.protocol_name.as_deref(),
             assignments,
         };
-        let reply = ctx.groups.sync(&request.group_id.0, request_view);
-        let outcome = ctx
-            .answer(reply, || {
-                SyncOutcome::error(ResponseError::CoordinatorNotAvailable)
-            })
-            .await;
+        let outcome = match ctx.check(AclOperation::Read, Resource::group(&request.group_id.0)) {
+            Err(e) => SyncOutcome::error(e),
+            Ok(()) => {
+                let reply = ctx.groups.sync(&request.group_id.0, request_view);
+                ctx.answer(reply, || {
+                    SyncOutcome::error(ResponseError::CoordinatorNotAvailable)
+                })
+                .await
+            }
+        };
         let mut response = SyncGroupResponse::default()
             .with_error_code(outcome.error.map_or(0, |e| e.code()))
             .with_assignment(outcome.assignment);

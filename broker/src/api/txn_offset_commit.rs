@@ -14,6 +14,7 @@ use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
 use crate::groups::{Committer, OffsetToCommit};
+use crate::security::{AclOperation, Resource};
 use crate::txn;
 
 pub(super) struct TxnOffsetCommit;
@@ -73,6 +74,21 @@ impl Handler for TxnOffsetCommit {
             tracing::debug!(transactional_id, group, error = ?e, "TxnOffsetCommit refused");
             txn::for_version(e, 0, i16::MAX)
         };
+        // Write on the transactional id and Read on the group, as Kafka checks them first.
+        let authorized = ctx
+            .check(
+                AclOperation::Write,
+                Resource::transactional_id(&transactional_id),
+            )
+            .and_then(|()| ctx.check(AclOperation::Read, Resource::group(&group)));
+        if let Err(e) = authorized {
+            return Some(Self::answer(request, Some(e), Vec::new()));
+        }
+        let checks = ctx.check_topics(
+            Ok(()),
+            AclOperation::Read,
+            request.topics.iter().map(|t| t.name.0.as_str()),
+        );
         // The producer first: a fenced producer is told so before anything about the group.
         if let Err(e) = ctx
             .txns
@@ -84,7 +100,9 @@ impl Handler for TxnOffsetCommit {
         let offsets = request
             .topics
             .iter()
-            .flat_map(|t| {
+            .enumerate()
+            .filter(|(i, _)| checks.allowed(*i))
+            .flat_map(|(_, t)| {
                 t.partitions.iter().map(|p| OffsetToCommit {
                     topic: t.name.0.to_string(),
                     partition: p.partition_index,
@@ -117,6 +135,8 @@ impl Handler for TxnOffsetCommit {
         {
             return Some(Self::answer(request, Some(refused(e)), Vec::new()));
         }
+        let counts = request.topics.iter().map(|t| t.partitions.len());
+        let answers = checks.merge(counts, answers);
         Some(Self::answer(request, None, answers))
     }
 }

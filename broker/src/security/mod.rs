@@ -2,6 +2,15 @@
 //! connects from. The connection sets a [`Session`] around every request it serves
 //! ([`SESSION`]); handlers read it through [`session`] (for the group member's host, for
 //! authorization) without it being threaded through every handler's signature.
+//!
+//! `acl`: the ACLs and the authorizer that checks requests against them.
+
+mod acl;
+
+pub use acl::{
+    AclBinding, AclOperation, AclPermissionType, CLUSTER_NAME, PatternType, ResourceType,
+};
+pub(crate) use acl::{AclBindingFilter, Authorizer, Resource, config_error};
 
 use std::fmt;
 use std::sync::Arc;

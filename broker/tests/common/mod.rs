@@ -22,6 +22,23 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// Whether kcat is installed; when it is not, a test skips, unless `FERRY_REQUIRE_KCAT` is
+/// set (where kcat is provisioned), which makes that a failure.
+pub fn kcat_available() -> bool {
+    let found = std::process::Command::new("kcat")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("FERRY_REQUIRE_KCAT").is_err(),
+            "kcat is required but not installed"
+        );
+        eprintln!("kcat not installed: skipping");
+    }
+    found
+}
+
 /// A broker config on a free loopback port, storing in `dir`.
 pub fn config(dir: &Path) -> BrokerConfig {
     BrokerConfig {
