@@ -20,7 +20,7 @@ use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAcl
 use kafka_protocol::protocol::StrBytes;
 
 use super::runtime;
-use super::wire::Connection;
+use super::wire::{Connection, Security};
 
 /// Flags of `agent acls`, as `kafka-acls.sh` names them.
 #[derive(Args, Debug)]
@@ -192,8 +192,9 @@ impl std::fmt::Display for Entry {
 /// Runs `agent acls`.
 pub fn run(args: AclsArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
+    let security = Security::from_properties(&BTreeMap::new())?;
     runtime()?.block_on(async {
-        let mut connection = Connection::bootstrap(&args.bootstrap_server).await?;
+        let mut connection = Connection::bootstrap(&args.bootstrap_server, &security).await?;
         let resources = resources(&args)?;
         if args.list {
             let listed = list(&mut connection, &args, &resources).await?;
