@@ -515,6 +515,43 @@ pub(crate) mod tests {
         })
     }
 
+    /// Every API but the ones a client needs before it can authenticate decides who may do
+    /// what it asks: a new handler that forgot its check fails here.
+    #[tokio::test]
+    async fn every_api_that_acts_on_something_authorizes_its_caller() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        ctx.topics
+            .create("x", 1, 1, BTreeMap::new(), false)
+            .unwrap();
+        // ListTransactions filters what it lists, and the broker has no transaction to list.
+        let exempt = [
+            ApiKey::ApiVersions,
+            ApiKey::SaslHandshake,
+            ApiKey::SaslAuthenticate,
+            ApiKey::ListTransactions,
+        ];
+        let mut unchecked = Vec::new();
+        for route in ROUTES.iter().filter(|r| !exempt.contains(&r.key)) {
+            let before = crate::security::acl::tests::AUTHORIZED.with(std::cell::Cell::get);
+            for version in route.versions.min..=route.versions.max {
+                let header = RequestHeader::default()
+                    .with_request_api_key(route.key as i16)
+                    .with_request_api_version(version)
+                    .with_correlation_id(5);
+                let body = Bytes::from(samples::sample(route.key, version));
+                route.call(&ctx, header, body).await.unwrap();
+            }
+            if crate::security::acl::tests::AUTHORIZED.with(std::cell::Cell::get) == before {
+                unchecked.push(route.key);
+            }
+        }
+        assert!(
+            unchecked.is_empty(),
+            "served without an authorization check: {unchecked:?}"
+        );
+    }
+
     /// Every advertised version of every API decodes a request and encodes its response: a
     /// field set that a version lacks would fail here instead of closing a client's connection.
     #[tokio::test]

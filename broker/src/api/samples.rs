@@ -104,6 +104,8 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
         ApiKey::DescribeConfigs => encode(
             DescribeConfigsRequest::default().with_resources(vec![
                 describe_configs_request::DescribeConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s())
                     .with_configuration_keys(Some(vec![s()])),
             ]),
             version,
@@ -111,6 +113,8 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
         ApiKey::IncrementalAlterConfigs => encode(
             IncrementalAlterConfigsRequest::default().with_resources(vec![
                 incremental_alter_configs_request::AlterConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s())
                     .with_configs(vec![Default::default()]),
             ]),
             version,
@@ -118,6 +122,8 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
         ApiKey::AlterConfigs => encode(
             AlterConfigsRequest::default().with_resources(vec![
                 alter_configs_request::AlterConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s())
                     .with_configs(vec![Default::default()]),
             ]),
             version,

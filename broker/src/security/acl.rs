@@ -570,6 +570,8 @@ impl Authorizer {
         operation: AclOperation,
         resource: Resource<'_>,
     ) -> bool {
+        #[cfg(test)]
+        tests::AUTHORIZED.with(|n| n.set(n.get() + 1));
         if self.super_users.contains(&session.principal) {
             return true;
         }
@@ -731,8 +733,13 @@ pub(crate) fn config_error(config: &BrokerConfig) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    thread_local! {
+        /// Authorization decisions taken on this thread (a test's runtime has one thread).
+        pub(crate) static AUTHORIZED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
 
     fn binding(
         resource_type: ResourceType,

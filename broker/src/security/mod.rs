@@ -5,7 +5,7 @@
 //!
 //! `acl`: the ACLs and the authorizer that checks requests against them.
 
-mod acl;
+pub(crate) mod acl;
 
 pub use acl::{
     AclBinding, AclOperation, AclPermissionType, CLUSTER_NAME, PatternType, ResourceType,
