@@ -32,10 +32,12 @@ use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol, StreamConsumer,
 };
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Deserialize;
+
+use crate::client::{ClientError, Connection, headers};
 
 /// Options of the `kafka` source.
 #[derive(Debug, Clone, Deserialize)]
@@ -309,9 +311,7 @@ impl KafkaSource {
     /// Validates the options; the consumer is created when the source runs.
     pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
         let config: KafkaSourceConfig = cfg.parse()?;
-        if config.bootstrap_servers.trim().is_empty() {
-            return Err(cfg.error_at("bootstrap_servers", "`bootstrap_servers` is empty"));
-        }
+        let connection = Connection::from_options(cfg, &config.bootstrap_servers)?;
         match (&config.topics_regex, config.topics.is_empty()) {
             (None, true) => {
                 return Err(ConfigError::new(
@@ -349,15 +349,10 @@ impl KafkaSource {
             &config.isolation_level,
             &["read_committed", "read_uncommitted"],
         )?;
-        let mut client = ClientConfig::new();
+        let mut client = connection.consumer_config(&config.group_id);
         client
-            .set("bootstrap.servers", &config.bootstrap_servers)
-            .set("group.id", &config.group_id)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", &config.auto_offset_reset)
-            .set("isolation.level", &config.isolation_level)
-            .set("enable.partition.eof", "false");
+            .set("isolation.level", &config.isolation_level);
         for (key, value) in &config.consumer {
             client.set(key, value);
         }
@@ -373,19 +368,9 @@ struct Pending {
     event: Event,
 }
 
+/// The record's event: its Kafka headers, then where it was read.
 fn event_of(message: &impl Message) -> Event {
-    let mut event = Event::from_body(message.payload().map(<[u8]>::to_vec).unwrap_or_default());
-    if let Some(headers) = message.headers() {
-        for header in headers.iter() {
-            let value = header
-                .value
-                .map(String::from_utf8_lossy)
-                .unwrap_or_default();
-            event
-                .headers
-                .insert(header.key.to_owned(), value.into_owned());
-        }
-    }
+    let mut event = headers::event_of(message, true);
     let h = &mut event.headers;
     h.insert("topic".into(), message.topic().to_owned());
     h.insert("partition".into(), message.partition().to_string());
@@ -423,7 +408,7 @@ impl Source for KafkaSource {
         let consumer: StreamConsumer<RebalanceContext> =
             self.client
                 .create_with_context(context)
-                .map_err(|e| SourceError::Other(format!("creating the Kafka consumer: {e}")))?;
+                .map_err(|e| ClientError::kafka("creating the Kafka consumer", e))?;
         let subscription: Vec<String> = match &self.config.topics_regex {
             // librdkafka reads a name starting with `^` as a regular expression.
             Some(regex) if regex.starts_with('^') => vec![regex.clone()],
@@ -433,7 +418,7 @@ impl Source for KafkaSource {
         let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
-            .map_err(|e| SourceError::Other(format!("subscribing to {topics:?}: {e}")))?;
+            .map_err(|e| ClientError::kafka(format!("subscribing to {topics:?}"), e))?;
         tracing::info!(source = %name, topics = ?topics, group = %self.config.group_id, "kafka source subscribed");
 
         let shutdown = ctx.shutdown().clone();
@@ -511,13 +496,12 @@ impl Source for KafkaSource {
 mod tests {
     use std::sync::Arc;
 
-    use ferry_broker::{Broker, BrokerConfig};
-    use ferry_core::{Channel, CheckpointStore, MemoryCheckpointStore, Shutdown, SourceContext};
+    use ferry_core::test_support::{TestChannel, config, context_with};
+    use ferry_core::{CheckpointStore, MemoryCheckpointStore};
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{FutureProducer, FutureRecord};
 
     use super::*;
-    use crate::test_channel::{TestChannel, config};
 
     async fn produce(bootstrap: &str, topic: &str, from: usize, to: usize) {
         let producer: FutureProducer = ClientConfig::new()
@@ -565,15 +549,7 @@ mod tests {
         n: usize,
         topics: &str,
     ) {
-        let shutdown = Shutdown::new();
-        let ctx = SourceContext::new(
-            "kafka-in",
-            vec![channel.clone() as Arc<dyn Channel>],
-            vec![],
-            shutdown.clone(),
-            store,
-        )
-        .unwrap();
+        let (ctx, shutdown) = context_with(channel, "kafka-in", store);
         let source = KafkaSource::build(&config(
             "kafka",
             &format!(
@@ -589,12 +565,17 @@ mod tests {
         task.await.unwrap().unwrap();
     }
 
-    fn group_offsets(bootstrap: &str) -> BTreeMap<i32, i64> {
-        let consumer: BaseConsumer = ClientConfig::new()
+    /// A consumer of the sources' group `g`, never subscribed.
+    fn group_g(bootstrap: &str) -> BaseConsumer {
+        ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("group.id", "g")
             .create()
-            .unwrap();
+            .unwrap()
+    }
+
+    fn group_offsets(bootstrap: &str) -> BTreeMap<i32, i64> {
+        let consumer = group_g(bootstrap);
         let mut tpl = TopicPartitionList::new();
         for p in 0..3 {
             tpl.add_partition("logs", p);
@@ -610,11 +591,7 @@ mod tests {
     }
 
     fn reset_group(bootstrap: &str) {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", "g")
-            .create()
-            .unwrap();
+        let consumer = group_g(bootstrap);
         let mut tpl = TopicPartitionList::new();
         for p in 0..3 {
             tpl.add_partition_offset("logs", p, Offset::Offset(0))
@@ -625,17 +602,7 @@ mod tests {
 
     /// A broker in `dir` whose topics get 3 partitions and whose groups rebalance at once.
     async fn start_broker(dir: &std::path::Path) -> (ferry_broker::BrokerHandle, String) {
-        let broker = Broker::start(BrokerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.to_path_buf(),
-            num_partitions: 3,
-            group_initial_rebalance_delay_ms: 0,
-            ..BrokerConfig::default()
-        })
-        .await
-        .unwrap();
-        let bootstrap = broker.local_addr().to_string();
-        (broker, bootstrap)
+        crate::test_support::start_broker(dir, 3).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
