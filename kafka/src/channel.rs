@@ -36,8 +36,10 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::Deserialize;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+use crate::client::security::TokenContext;
+
 use crate::client::{
-    CALL_TIMEOUT, ClientError, Connection, GroupConsumer, GroupOffset, TransactionalProducer,
+    CALL_TIMEOUT, ClientError, Connection, GroupConsumer, GroupOffset, Role, TransactionalProducer,
     create_topic, headers,
 };
 
@@ -45,8 +47,8 @@ use crate::client::{
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaChannelConfig {
-    /// `host:port[,host:port]` of the cluster. Required. Flume: `kafka.bootstrap.servers`.
-    pub bootstrap_servers: String,
+    // `bootstrap_servers` and the security options are read by [`Connection::from_config`],
+    // the same for every Kafka component (see `crate::client::security`).
     /// The topic holding the events. Default `flume-channel`. Flume: `kafka.topic`.
     #[serde(default = "default_topic")]
     pub topic: String,
@@ -113,7 +115,7 @@ pub struct KafkaChannel {
     /// again after a failed put.
     producer: Mutex<Option<TransactionalProducer>>,
     /// The consumer, held by the open take.
-    consumer: Arc<Mutex<Option<StreamConsumer>>>,
+    consumer: Arc<Mutex<Option<StreamConsumer<TokenContext>>>>,
     /// Prefix of the groups holding sources' checkpoints.
     checkpoint_prefix: String,
     /// A consumer of each source's checkpoint group, for its group metadata.
@@ -133,8 +135,10 @@ impl std::fmt::Debug for KafkaChannel {
 impl KafkaChannel {
     /// Validates the options; connections are made at `start`.
     pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
-        let config: KafkaChannelConfig = cfg.parse()?;
-        let connection = Connection::from_options(cfg, &config.bootstrap_servers)?;
+        let (connection, own) = Connection::from_config(cfg, Role::Channel)?;
+        let config: KafkaChannelConfig = own.parse()?;
+        Connection::check_passthrough(cfg, "producer", &config.producer)?;
+        Connection::check_passthrough(cfg, "consumer", &config.consumer)?;
         if config.topic.is_empty() {
             return Err(cfg.error_at("topic", "`topic` is empty"));
         }
@@ -197,10 +201,10 @@ impl KafkaChannel {
     }
 
     /// A consumer of the channel's topic in `group_id`, starting at the committed offsets.
-    fn new_consumer(&self) -> Result<StreamConsumer, ChannelError> {
-        let consumer: StreamConsumer = self
+    fn new_consumer(&self) -> Result<StreamConsumer<TokenContext>, ChannelError> {
+        let consumer: StreamConsumer<TokenContext> = self
             .consumer_config
-            .create()
+            .create_with_context(self.connection.context())
             .map_err(|e| self.error("creating the consumer", e))?;
         consumer
             .subscribe(&[&self.config.topic])
@@ -229,9 +233,10 @@ impl KafkaChannel {
         slot: &'a mut Option<TransactionalProducer>,
     ) -> Result<&'a mut TransactionalProducer, ChannelError> {
         if slot.is_none() {
-            let producer = TransactionalProducer::init(&self.producer_config)
-                .await
-                .map_err(|e| e.in_channel(&self.name))?;
+            let producer =
+                TransactionalProducer::init(&self.producer_config, self.connection.context())
+                    .await
+                    .map_err(|e| e.in_channel(&self.name))?;
             *slot = Some(producer);
         }
         slot.as_mut()
@@ -506,7 +511,7 @@ struct KafkaTake {
     /// (partition, offset) per event.
     offsets: Vec<(i32, i64)>,
     sequences: Option<Vec<u64>>,
-    guard: Option<OwnedMutexGuard<Option<StreamConsumer>>>,
+    guard: Option<OwnedMutexGuard<Option<StreamConsumer<TokenContext>>>>,
 }
 
 impl KafkaTake {

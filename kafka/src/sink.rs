@@ -43,7 +43,7 @@ use rdkafka::ClientConfig;
 use serde::Deserialize;
 
 use crate::client::{
-    ClientError, Connection, GroupConsumer, GroupOffset, Producer, TransactionalProducer,
+    ClientError, Connection, GroupConsumer, GroupOffset, Producer, Role, TransactionalProducer,
     call_blocking, create_topic, headers,
 };
 
@@ -51,8 +51,8 @@ use crate::client::{
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSinkConfig {
-    /// `host:port[,host:port]` of the cluster. Required. Flume: `kafka.bootstrap.servers`.
-    pub bootstrap_servers: String,
+    // `bootstrap_servers` and the security options are read by [`Connection::from_config`],
+    // the same for every Kafka component (see `crate::client::security`).
     /// Topic to write to; `%{name}` is replaced by the event's header `name`. Default
     /// `default-flume-topic`. Flume: `kafka.topic`.
     #[serde(default = "default_topic")]
@@ -203,8 +203,9 @@ impl std::fmt::Debug for KafkaSink {
 impl KafkaSink {
     /// Validates the options; the producer is created at `start`.
     pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
-        let config: KafkaSinkConfig = cfg.parse()?;
-        let connection = Connection::from_options(cfg, &config.bootstrap_servers)?;
+        let (connection, own) = Connection::from_config(cfg, Role::Sink)?;
+        let config: KafkaSinkConfig = own.parse()?;
+        Connection::check_passthrough(cfg, "producer", &config.producer)?;
         if config.topic.is_empty() {
             return Err(cfg.error_at("topic", "`topic` is empty"));
         }
@@ -347,7 +348,7 @@ impl KafkaSink {
     async fn send_at_least_once(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
         if self.producer.is_none() {
             // Replacing a fatally failed producer failed: try again.
-            self.producer = Some(Producer::new(&self.client)?);
+            self.producer = Some(Producer::new(&self.client, self.connection.context())?);
         }
         let Some(producer) = &self.producer else {
             return Ok(());
@@ -376,7 +377,7 @@ impl KafkaSink {
         create_topic(&self.connection, &topic, 1).await?;
         let mut client = self.client.clone();
         client.set("transactional.id", &id);
-        let session = TransactionalProducer::init(&client).await?;
+        let session = TransactionalProducer::init(&client, self.connection.context()).await?;
         let delivered = read_progress(&self.connection, &id, &topic).await?;
         self.progress = Some(Arc::new(GroupConsumer::new(&self.connection, &id)?));
         tracing::info!(transactional_id = %id, last_delivered = %encode_runs(&delivered), "kafka sink ready for exactly-once delivery");
@@ -485,7 +486,7 @@ impl KafkaSink {
         if let Some((code, reason)) = producer.fatal_error() {
             // A fatal producer error never clears: start over with a new producer.
             tracing::error!(error = %code, %reason, "the Kafka producer failed fatally; making a new one");
-            self.producer = Producer::new(&self.client).ok();
+            self.producer = Producer::new(&self.client, self.connection.context()).ok();
         }
     }
 }
@@ -564,7 +565,7 @@ impl Sink for KafkaSink {
             );
             return Ok(());
         }
-        self.producer = Some(Producer::new(&self.client)?);
+        self.producer = Some(Producer::new(&self.client, self.connection.context())?);
         Ok(())
     }
 

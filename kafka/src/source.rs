@@ -37,14 +37,15 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Deserialize;
 
-use crate::client::{ClientError, Connection, headers};
+use crate::client::security::TokenContext;
+use crate::client::{ClientError, Connection, Role, headers};
 
 /// Options of the `kafka` source.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSourceConfig {
-    /// `host:port[,host:port]` of the cluster. Required. Flume: `kafka.bootstrap.servers`.
-    pub bootstrap_servers: String,
+    // `bootstrap_servers` and the security options are read by [`Connection::from_config`],
+    // the same for every Kafka component (see `crate::client::security`).
     /// Topics to consume. Flume: `kafka.topics`.
     #[serde(default)]
     pub topics: Vec<String>,
@@ -129,6 +130,7 @@ struct Shared {
 }
 
 struct RebalanceContext {
+    token: TokenContext,
     source: String,
     ctx: SourceContext,
     shared: Arc<Mutex<Shared>>,
@@ -226,7 +228,16 @@ fn commit_durable<C: ConsumerContext>(
     }
 }
 
-impl ClientContext for RebalanceContext {}
+impl ClientContext for RebalanceContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        self.token.oauth_token()
+    }
+}
 
 impl ConsumerContext for RebalanceContext {
     fn rebalance(
@@ -296,6 +307,7 @@ impl ConsumerContext for RebalanceContext {
 /// The Kafka source.
 pub struct KafkaSource {
     config: KafkaSourceConfig,
+    connection: Connection,
     client: ClientConfig,
 }
 
@@ -310,8 +322,9 @@ impl std::fmt::Debug for KafkaSource {
 impl KafkaSource {
     /// Validates the options; the consumer is created when the source runs.
     pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
-        let config: KafkaSourceConfig = cfg.parse()?;
-        let connection = Connection::from_options(cfg, &config.bootstrap_servers)?;
+        let (connection, own) = Connection::from_config(cfg, Role::Source)?;
+        let config: KafkaSourceConfig = own.parse()?;
+        Connection::check_passthrough(cfg, "consumer", &config.consumer)?;
         match (&config.topics_regex, config.topics.is_empty()) {
             (None, true) => {
                 return Err(ConfigError::new(
@@ -356,7 +369,11 @@ impl KafkaSource {
         for (key, value) in &config.consumer {
             client.set(key, value);
         }
-        Ok(Self { config, client })
+        Ok(Self {
+            config,
+            connection,
+            client,
+        })
     }
 }
 
@@ -401,6 +418,7 @@ impl Source for KafkaSource {
             shared.lock().unwrap_or_else(|e| e.into_inner()).sent = offsets;
         }
         let context = RebalanceContext {
+            token: self.connection.context(),
             source: name.clone(),
             ctx: ctx.clone(),
             shared: Arc::clone(&shared),

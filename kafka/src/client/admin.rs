@@ -2,9 +2,9 @@
 //! topic).
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
+use super::security::TokenContext;
 use super::{CALL_TIMEOUT, ClientError, Connection};
 
 /// Creates `topic` with `partitions` partitions unless it exists. A [`ClientError::Refused`]
@@ -15,9 +15,9 @@ pub(crate) async fn create_topic(
     partitions: i32,
 ) -> Result<(), ClientError> {
     let context = || format!("creating the topic {topic}");
-    let admin: AdminClient<DefaultClientContext> = connection
+    let admin: AdminClient<TokenContext> = connection
         .client_config()
-        .create()
+        .create_with_context(connection.context())
         .map_err(|e| ClientError::kafka("creating an admin client", e))?;
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
     let options = AdminOptions::new().request_timeout(Some(CALL_TIMEOUT));

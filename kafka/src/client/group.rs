@@ -6,12 +6,13 @@
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 
+use super::security::TokenContext;
 use super::{CALL_TIMEOUT, ClientError, Connection};
 
 /// A consumer of one group, for its metadata and its committed offsets.
 pub(crate) struct GroupConsumer {
     group: String,
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<TokenContext>,
 }
 
 impl GroupConsumer {
@@ -22,7 +23,7 @@ impl GroupConsumer {
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed")
-            .create()
+            .create_with_context(connection.context())
             .map_err(|e| ClientError::kafka(format!("creating a consumer of group {group}"), e))?;
         Ok(Self {
             group: group.to_owned(),

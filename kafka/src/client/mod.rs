@@ -1,7 +1,9 @@
 //! The Kafka client plumbing the source, the channel and the sink share, written once:
 //!
-//! - [`Connection`]: where the clients connect (`bootstrap_servers`, checked once), and the
-//!   base settings of every client role made from it;
+//! - [`Connection`]: where the clients connect and how they authenticate (`bootstrap_servers`
+//!   and the [`security`] options, checked once), and the base settings of every client role
+//!   made from them;
+//! - [`properties`]: Kafka's client properties files, for the tools' `--command-config`;
 //! - [`headers`]: Flume headers ↔ Kafka record headers;
 //! - [`GroupConsumer`]: a consumer of a group that never subscribes, standing for the group in
 //!   `send_offsets_to_transaction` and reading the metadata of its committed offsets (where the
@@ -21,6 +23,8 @@ mod error;
 mod group;
 pub(crate) mod headers;
 mod producer;
+pub mod properties;
+pub mod security;
 mod transaction;
 
 use std::time::Duration;
@@ -28,10 +32,11 @@ use std::time::Duration;
 use rdkafka::error::KafkaError;
 
 pub(crate) use admin::create_topic;
-pub use connection::Connection;
+pub use connection::{Connection, Role};
 pub use error::ClientError;
 pub(crate) use group::GroupConsumer;
 pub(crate) use producer::Producer;
+pub use security::{Secret, Security};
 pub(crate) use transaction::{GroupOffset, TransactionalProducer};
 
 /// How long a call to the cluster (a transactional call, a commit, reading committed offsets,

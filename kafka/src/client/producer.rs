@@ -13,12 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::client::ClientContext;
+use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer as _, ProducerContext, ThreadedProducer,
 };
 
+use super::security::TokenContext;
 use super::{CALL_TIMEOUT, ClientError, call_blocking};
 
 /// The records sent since the last wait that Kafka has not yet reported on, and the first
@@ -110,9 +111,18 @@ impl Deliveries {
 }
 
 /// The producer's context: hands each delivery report to the record's [`Deliveries`].
-pub(crate) struct DeliveryReports;
+pub(crate) struct DeliveryReports(TokenContext);
 
-impl ClientContext for DeliveryReports {}
+impl ClientContext for DeliveryReports {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        self.0.oauth_token()
+    }
+}
 
 impl ProducerContext for DeliveryReports {
     type DeliveryOpaque = Arc<Deliveries>;
@@ -135,9 +145,9 @@ pub(crate) struct Producer {
 
 impl Producer {
     /// A producer with the settings of `client` (no network traffic yet).
-    pub(crate) fn new(client: &ClientConfig) -> Result<Self, ClientError> {
+    pub(crate) fn new(client: &ClientConfig, context: TokenContext) -> Result<Self, ClientError> {
         let inner = client
-            .create_with_context(DeliveryReports)
+            .create_with_context(DeliveryReports(context))
             .map_err(|e| ClientError::kafka("creating the Kafka producer", e))?;
         Ok(Self {
             inner,

@@ -15,6 +15,7 @@ use rdkafka::ClientConfig;
 use rdkafka::producer::Producer as _;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::security::TokenContext;
 use super::{CALL_TIMEOUT, ClientError, GroupConsumer, Producer, call_blocking};
 
 /// An offset committed in a transaction: partition 0 of `topic` for `group`, with `metadata`.
@@ -34,8 +35,11 @@ pub(crate) struct TransactionalProducer {
 impl TransactionalProducer {
     /// Creates the producer of `client` (which names its `transactional.id`) and initialises
     /// its transactions.
-    pub(crate) async fn init(client: &ClientConfig) -> Result<Self, ClientError> {
-        let producer = Producer::new(client)?;
+    pub(crate) async fn init(
+        client: &ClientConfig,
+        context: TokenContext,
+    ) -> Result<Self, ClientError> {
+        let producer = Producer::new(client, context)?;
         let p = producer.client().clone();
         call_blocking("initialising the transactional producer", move || {
             p.init_transactions(CALL_TIMEOUT)
