@@ -85,8 +85,9 @@ impl ConfigError {
 /// The part of the configuration that belongs to one component, ready to be parsed into its
 /// typed config struct. Keys handled by the runtime are already removed: `type` everywhere,
 /// `channels` and `interceptors` of sources, `channel` and `batch_size` of sinks (a source's
-/// `batch_size` is its own option and stays).
-#[derive(Clone, Debug)]
+/// `batch_size` is its own option and stays). Its `Debug` shows the option names, not their
+/// values (which may be secrets).
+#[derive(Clone)]
 pub struct ComponentConfig {
     kind: ComponentKind,
     name: String,
@@ -96,6 +97,17 @@ pub struct ComponentConfig {
     /// Option names parsed elsewhere (see [`ComponentConfig::split_off`]), offered too when
     /// an option is misspelt.
     elsewhere: &'static [&'static str],
+}
+
+impl fmt::Debug for ComponentConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ComponentConfig")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("type_name", &self.type_name)
+            .field("options", &self.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ComponentConfig {
@@ -447,6 +459,16 @@ mod tests {
             .parse::<Sample>()
             .unwrap_err();
         assert_eq!(err.location.map(|l| l.line), Some(3), "{err:?}");
+    }
+
+    #[test]
+    fn debug_output_names_options_but_never_shows_values() {
+        let shown = format!("{:?}", cfg("password: hunter2\nsize: 1"));
+        assert!(
+            shown.contains("password") && shown.contains("size"),
+            "{shown}"
+        );
+        assert!(!shown.contains("hunter2"), "{shown}");
     }
 
     #[test]

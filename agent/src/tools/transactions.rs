@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use clap::Args;
+use ferry_kafka::client::security::SecurityProtocol;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_transactions_response::TransactionState;
 use kafka_protocol::messages::{
@@ -29,16 +30,15 @@ use kafka_protocol::protocol::{Decodable, Encodable, Message, Request, StrBytes}
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{REQUEST_TIMEOUT, runtime};
+use super::{ClusterArgs, REQUEST_TIMEOUT, runtime};
 
 /// Flags of `agent transactions`, named as `kafka-transactions.sh` names its commands and
 /// options (`list` is `--list`, `describe` is `--describe`).
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["list", "describe"])))]
 pub struct TransactionsArgs {
-    /// The server(s) to connect to, comma-separated.
-    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
-    bootstrap_server: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// List the transactions of every broker: id, coordinator, producer id and state.
     #[arg(long)]
     list: bool,
@@ -58,16 +58,27 @@ pub fn run(args: TransactionsArgs) -> anyhow::Result<()> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64)
     };
+    // This tool speaks the protocol over plain TCP: it has neither TLS nor SASL.
+    if let Some(properties) = args.cluster.properties()?
+        && properties.security().protocol() != SecurityProtocol::Plaintext
+    {
+        bail!(
+            "--command-config sets security.protocol {}: `agent transactions` speaks the Kafka \
+             protocol itself and connects only with plaintext",
+            properties.security().protocol().as_str()
+        );
+    }
+    let bootstrap = &args.cluster.bootstrap_server;
     runtime()?.block_on(async {
         if args.list {
-            let rows = list(&args.bootstrap_server).await?;
+            let rows = list(bootstrap).await?;
             print_table(&mut out, &LIST_HEADER, &rows)
         } else {
             let id = args
                 .transactional_id
                 .as_deref()
                 .context("--describe needs --transactional-id")?;
-            let row = describe(&args.bootstrap_server, id, now_ms).await?;
+            let row = describe(bootstrap, id, now_ms).await?;
             print_table(&mut out, &DESCRIBE_HEADER, &[row])
         }
     })

@@ -445,13 +445,7 @@ mod tests {
     fn applied(properties: &ClientProperties) -> Vec<(String, String)> {
         let mut client = ClientConfig::new();
         properties.apply(&mut client);
-        let mut all: Vec<(String, String)> = client
-            .config_map()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        all.sort();
-        all
+        crate::client::security::tests::properties(&client)
     }
 
     #[test]

@@ -675,7 +675,7 @@ fn jwt_claims(token: &str) -> Option<serde_json::Map<String, serde_json::Value>>
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn options(pairs: &[(&str, &str)]) -> SecurityOptions {
@@ -712,14 +712,14 @@ mod tests {
         (problem.option, problem.message)
     }
 
-    fn properties(client: &ClientConfig) -> Vec<(String, String)> {
-        let mut all: Vec<(String, String)> = client
+    /// The properties set on `client`, in order, sensitive values shown as rust-rdkafka
+    /// shows them.
+    pub(crate) fn properties(client: &ClientConfig) -> Vec<(String, String)> {
+        client
             .config_map()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        all.sort();
-        all
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
     }
 
     /// The build links OpenSSL (feature `ssl-vendored`): TLS and SCRAM are there, and a
