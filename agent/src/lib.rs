@@ -29,6 +29,7 @@ pub fn builtin_registry() -> Registry {
     ferry_sources::register(&mut registry);
     ferry_channels::register(&mut registry);
     ferry_sinks::register(&mut registry);
+    ferry_kafka::register(&mut registry);
     ferry_process::register(&mut registry);
     registry
 }

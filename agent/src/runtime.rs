@@ -970,7 +970,7 @@ mod tests {
             &yaml,
         )
         .unwrap();
-        Box::new(ferry_sinks::kafka::KafkaSink::build(&cfg).unwrap())
+        Box::new(ferry_kafka::KafkaSink::build(&cfg).unwrap())
     }
 
     fn runner(channel: CrashingChannel, sink: Box<dyn Sink>, drain: Shutdown) -> SinkRunner {
@@ -985,59 +985,19 @@ mod tests {
     /// Bodies a read_committed consumer finds in `topic`, and the progress the sink's group
     /// committed, once nothing more arrives.
     fn read_back(bootstrap: &str, topic: &str) -> (Vec<String>, String) {
-        use rdkafka::consumer::{BaseConsumer, Consumer};
-        use rdkafka::message::Message;
-        use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", "reader")
-            .set("isolation.level", "read_committed")
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, Offset::Beginning)
-            .unwrap();
-        consumer.assign(&tpl).unwrap();
-        let mut bodies = Vec::new();
-        let mut quiet = 0;
-        while quiet < 10 {
-            match consumer.poll(Duration::from_millis(200)) {
-                Some(Ok(m)) => {
-                    quiet = 0;
-                    bodies.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into());
-                }
-                _ => quiet += 1,
-            }
-        }
-        let progress: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", "edge")
-            .create()
-            .unwrap();
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition("ferry-sink-progress", 0);
-        let committed = progress
-            .committed_offsets(tpl, Duration::from_secs(10))
-            .unwrap();
-        let runs = committed
-            .find_partition("ferry-sink-progress", 0)
-            .map(|e| e.metadata().to_owned())
-            .unwrap_or_default();
-        (bodies, runs)
+        use ferry_kafka::test_support::{committed_bodies, committed_metadata};
+        let bodies = committed_bodies(bootstrap, topic);
+        (
+            bodies,
+            committed_metadata(bootstrap, "edge", "ferry-sink-progress"),
+        )
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_crash_after_a_transaction_of_several_batches_repeats_none_of_them() {
         let dir = tempfile::tempdir().unwrap();
-        let broker = ferry_broker::Broker::start(ferry_broker::BrokerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().join("broker"),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let bootstrap = broker.local_addr().to_string();
+        let (broker, bootstrap) =
+            ferry_kafka::test_support::start_broker(&dir.path().join("broker"), 1).await;
         let channel_dir = dir.path().join("agent");
 
         // 5000 events in the channel; the first transaction holds three batches of 1000.

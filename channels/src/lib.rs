@@ -3,17 +3,14 @@
 use ferry_core::Registry;
 
 pub mod file;
-pub mod kafka;
 pub mod memory;
 
 pub use file::{FileChannel, FileChannelConfig};
-pub use kafka::{KafkaChannel, KafkaChannelConfig};
 pub use memory::{MemoryChannel, MemoryChannelConfig};
 
 /// Registers every built-in channel type.
 pub fn register(registry: &mut Registry) {
     file::register(registry);
-    kafka::register(registry);
     memory::register(registry);
 }
 

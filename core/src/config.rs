@@ -85,14 +85,29 @@ impl ConfigError {
 /// The part of the configuration that belongs to one component, ready to be parsed into its
 /// typed config struct. Keys handled by the runtime are already removed: `type` everywhere,
 /// `channels` and `interceptors` of sources, `channel` and `batch_size` of sinks (a source's
-/// `batch_size` is its own option and stays).
-#[derive(Clone, Debug)]
+/// `batch_size` is its own option and stays). Its `Debug` shows the option names, not their
+/// values (which may be secrets).
+#[derive(Clone)]
 pub struct ComponentConfig {
     kind: ComponentKind,
     name: String,
     type_name: String,
     node: Node,
     data_dir: PathBuf,
+    /// Option names parsed elsewhere (see [`ComponentConfig::split_off`]), offered too when
+    /// an option is misspelt.
+    elsewhere: &'static [&'static str],
+}
+
+impl fmt::Debug for ComponentConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ComponentConfig")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("type_name", &self.type_name)
+            .field("options", &self.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ComponentConfig {
@@ -110,6 +125,7 @@ impl ComponentConfig {
             type_name: type_name.into(),
             node,
             data_dir: data_dir.into(),
+            elsewhere: &[],
         }
     }
 
@@ -198,6 +214,72 @@ impl ComponentConfig {
         ))
     }
 
+    /// The option names as written, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.node
+            .as_mapping()
+            .into_iter()
+            .flat_map(|m| m.keys().map(|k| k.as_str()))
+    }
+
+    /// Splits the options in two, for a component whose options are partly shared with others
+    /// and parsed into a struct of their own: the options named in `names`, or that `alias`
+    /// maps to one of `names` (then under that name, at the alias's position), and the rest.
+    /// A misspelt option of the rest is matched against `names` too. Two keys naming the same
+    /// option are an error.
+    ///
+    /// ```
+    /// use ferry_core::config::{ComponentConfig, ComponentKind};
+    /// let cfg = ComponentConfig::from_yaml(ComponentKind::Sink, "out", "x",
+    ///     "topic: t\nkafka.servers: h:1").unwrap();
+    /// let alias = |key: &str| (key == "kafka.servers").then_some("servers");
+    /// let (shared, own) = cfg.split_off(&["servers"], alias).unwrap();
+    /// assert_eq!(shared.keys().collect::<Vec<_>>(), ["servers"]);
+    /// assert_eq!(shared.location_of_key("servers").unwrap().line, 2);
+    /// assert_eq!(own.keys().collect::<Vec<_>>(), ["topic"]);
+    /// ```
+    pub fn split_off(
+        &self,
+        names: &'static [&'static str],
+        alias: impl Fn(&str) -> Option<&'static str>,
+    ) -> Result<(ComponentConfig, ComponentConfig), ConfigError> {
+        let span = *self.node.span();
+        let mut taken = marked_yaml::types::MarkedMappingNode::new_empty(span);
+        let mut rest = marked_yaml::types::MarkedMappingNode::new_empty(span);
+        let mut first_key: std::collections::HashMap<&str, String> = Default::default();
+        if let Some(mapping) = self.node.as_mapping() {
+            for (key, value) in mapping.iter() {
+                let written = key.as_str();
+                let name = names
+                    .iter()
+                    .copied()
+                    .find(|n| *n == written)
+                    .or_else(|| alias(written));
+                match name {
+                    Some(name) => {
+                        if let Some(first) = first_key.insert(name, written.to_owned()) {
+                            return Err(self.error_at(
+                                written,
+                                format!("`{first}` and `{written}` both set `{name}`: set it once"),
+                            ));
+                        }
+                        let renamed = marked_yaml::types::MarkedScalarNode::new(*key.span(), name);
+                        taken.insert(renamed, value.clone());
+                    }
+                    None => {
+                        rest.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+        let part = |node: marked_yaml::types::MarkedMappingNode, elsewhere| ComponentConfig {
+            node: Node::from(node),
+            elsewhere,
+            ..self.clone()
+        };
+        Ok((part(taken, &[]), part(rest, names)))
+    }
+
     /// Parses the options into the component's config struct.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         marked_yaml::from_node::<T>(&self.node).map_err(|error| {
@@ -206,9 +288,14 @@ impl ComponentConfig {
                 .map(|m| marker_location(&m))
                 .or_else(|| self.location());
             let message = match &*error {
-                marked_yaml::Error::UnknownFieldError(field, expected, _) => {
-                    unknown_name_message("option", field, expected.iter().copied())
-                }
+                marked_yaml::Error::UnknownFieldError(field, expected, _) => unknown_name_message(
+                    "option",
+                    field,
+                    expected
+                        .iter()
+                        .copied()
+                        .chain(self.elsewhere.iter().copied()),
+                ),
                 other => match error.path() {
                     Some(path) if !path.is_empty() && path != "." => {
                         format!("option `{path}`: {other}")
@@ -372,6 +459,16 @@ mod tests {
             .parse::<Sample>()
             .unwrap_err();
         assert_eq!(err.location.map(|l| l.line), Some(3), "{err:?}");
+    }
+
+    #[test]
+    fn debug_output_names_options_but_never_shows_values() {
+        let shown = format!("{:?}", cfg("password: hunter2\nsize: 1"));
+        assert!(
+            shown.contains("password") && shown.contains("size"),
+            "{shown}"
+        );
+        assert!(!shown.contains("hunter2"), "{shown}");
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub mod shutdown;
 pub mod sink;
 pub mod source;
 pub mod state;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 
 pub use ack::{AckTracker, Acknowledgement};
 pub use async_trait::async_trait;

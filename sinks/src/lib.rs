@@ -6,11 +6,10 @@
 //! | `null`      | [`null`]        | `NullSink`         |
 //! | `file_roll` | [`file_roll`]   | `RollingFileSink`  |
 //! | `http`      | [`http`]        | `HttpSink`         |
-//! | `kafka`     | [`kafka`]       | `KafkaSink`        |
 //!
 //! A sink's `deliver` returns `Ok` only once the batch is safe at the destination; on `Err`
 //! the runner rolls the take back and delivers the same batch again after a backoff. A sink
-//! that pipelines (`kafka`) has `send` start a batch and `flush` make every batch since the
+//! that pipelines (the kafka sink, in `ferry-kafka`) has `send` start a batch and `flush` make every batch since the
 //! last flush safe; the runner commits their takes only after the flush, and rolls all of
 //! them back when a send or the flush fails.
 
@@ -18,7 +17,6 @@ use ferry_core::Registry;
 
 pub mod file_roll;
 pub mod http;
-pub mod kafka;
 pub mod logger;
 pub mod null;
 
@@ -32,8 +30,7 @@ pub fn register(registry: &mut Registry) {
         .register_sink("file_roll", |cfg| {
             Ok(Box::new(file_roll::FileRollSink::build(cfg)?))
         })
-        .register_sink("http", |cfg| Ok(Box::new(http::HttpSink::build(cfg)?)))
-        .register_sink("kafka", |cfg| Ok(Box::new(kafka::KafkaSink::build(cfg)?)));
+        .register_sink("http", |cfg| Ok(Box::new(http::HttpSink::build(cfg)?)));
 }
 
 /// Appends headers the way Java prints a map, as Flume's output does: `{a=1, b=2}`.
@@ -78,7 +75,7 @@ mod tests {
         register(&mut registry);
         assert_eq!(
             registry.type_names(ComponentKind::Sink),
-            vec!["file_roll", "http", "kafka", "logger", "null"]
+            vec!["file_roll", "http", "logger", "null"]
         );
     }
 }

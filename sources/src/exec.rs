@@ -289,7 +289,7 @@ impl Source for ExecSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_channel::{TestChannel, config, context};
+    use ferry_core::test_support::{TestChannel, config, context};
 
     fn build(yaml: &str) -> Box<ExecSource> {
         Box::new(ExecSource::build(&config("exec", yaml)).unwrap())

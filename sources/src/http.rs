@@ -180,7 +180,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::test_channel::{TestChannel, config, context};
+    use ferry_core::test_support::{TestChannel, config, context};
 
     struct Running {
         url: String,

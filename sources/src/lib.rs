@@ -9,7 +9,6 @@
 //! | `stdin`   | [`stdin`]              | (none)                   |
 //! | `taildir` | [`taildir`]            | `TaildirSource`          |
 //! | `spooldir`| [`spooldir`]           | `SpoolDirectorySource`   |
-//! | `kafka`   | [`kafka`]              | `KafkaSource`            |
 //!
 //! Interceptors (`timestamp`, `host`, `static`) live in [`interceptors`].
 //!
@@ -24,7 +23,6 @@ pub mod exec;
 mod file_id;
 pub mod http;
 pub mod interceptors;
-pub mod kafka;
 mod lines;
 pub mod netcat;
 pub mod seq;
@@ -33,9 +31,6 @@ pub mod spooldir;
 pub mod stdin;
 #[cfg(unix)]
 pub mod taildir;
-
-#[cfg(test)]
-mod test_channel;
 
 /// Registers every built-in source and interceptor under its type name.
 pub fn register(registry: &mut Registry) {
@@ -46,8 +41,7 @@ pub fn register(registry: &mut Registry) {
         })
         .register_source("exec", |cfg| Ok(Box::new(exec::ExecSource::build(cfg)?)))
         .register_source("http", |cfg| Ok(Box::new(http::HttpSource::build(cfg)?)))
-        .register_source("stdin", |cfg| Ok(Box::new(stdin::StdinSource::build(cfg)?)))
-        .register_source("kafka", |cfg| Ok(Box::new(kafka::KafkaSource::build(cfg)?)));
+        .register_source("stdin", |cfg| Ok(Box::new(stdin::StdinSource::build(cfg)?)));
     #[cfg(unix)]
     registry
         .register_source("taildir", |cfg| {
@@ -96,7 +90,7 @@ mod tests {
         assert_eq!(
             registry.type_names(ComponentKind::Source),
             vec![
-                "exec", "http", "kafka", "netcat", "seq", "spooldir", "stdin", "taildir"
+                "exec", "http", "netcat", "seq", "spooldir", "stdin", "taildir"
             ]
         );
         assert_eq!(

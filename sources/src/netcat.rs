@@ -237,7 +237,7 @@ mod tests {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
     use super::*;
-    use crate::test_channel::{TestChannel, config, context};
+    use ferry_core::test_support::{TestChannel, config, context};
 
     struct Running {
         address: SocketAddr,

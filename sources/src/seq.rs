@@ -102,7 +102,7 @@ mod tests {
     use ferry_core::{Channel, CheckpointStore, MemoryCheckpointStore, Shutdown};
 
     use super::*;
-    use crate::test_channel::{TestChannel, config, context};
+    use ferry_core::test_support::{TestChannel, config, context};
 
     fn build(yaml: &str) -> Box<SeqSource> {
         Box::new(SeqSource::build(&config("seq", yaml)).unwrap())

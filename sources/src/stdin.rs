@@ -131,7 +131,7 @@ impl Source for StdinSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_channel::{TestChannel, config, context};
+    use ferry_core::test_support::{TestChannel, config, context};
 
     fn source(yaml: &str) -> (Box<StdinSource>, mpsc::Sender<std::io::Result<Vec<u8>>>) {
         let mut source = StdinSource::build(&config("stdin", yaml)).unwrap();

@@ -19,16 +19,15 @@ use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
 use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
 use kafka_protocol::protocol::StrBytes;
 
-use super::runtime;
-use super::wire::{Connection, Security};
+use super::wire::Connection;
+use super::{ClusterArgs, runtime};
 
 /// Flags of `agent acls`, as `kafka-acls.sh` names them.
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["add", "remove", "list"])))]
 pub struct AclsArgs {
-    /// The server(s) to connect to, comma-separated.
-    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
-    bootstrap_server: String,
+    #[command(flatten)]
+    server: ClusterArgs,
     /// Add the ACLs the other flags describe.
     #[arg(long)]
     add: bool,
@@ -192,9 +191,10 @@ impl std::fmt::Display for Entry {
 /// Runs `agent acls`.
 pub fn run(args: AclsArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    let security = Security::from_properties(&BTreeMap::new())?;
+    let security = args.server.wire_security()?;
     runtime()?.block_on(async {
-        let mut connection = Connection::bootstrap(&args.bootstrap_server, &security).await?;
+        let mut connection =
+            Connection::bootstrap(&args.server.bootstrap_server, &security).await?;
         let resources = resources(&args)?;
         if args.list {
             let listed = list(&mut connection, &args, &resources).await?;

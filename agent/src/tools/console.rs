@@ -15,7 +15,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::{REQUEST_TIMEOUT, client_config, split_property};
+use super::{ClusterArgs, REQUEST_TIMEOUT, split_property};
 
 /// Formatting properties shared by both tools (`--property key=value`).
 #[derive(Debug, Default)]
@@ -49,9 +49,8 @@ impl LineFormat {
 /// Flags of `agent console-producer`.
 #[derive(Args, Debug)]
 pub struct ProducerArgs {
-    /// The server(s) to connect to.
-    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
-    bootstrap_server: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// The topic to write to.
     #[arg(long)]
     topic: String,
@@ -89,7 +88,7 @@ impl ProducerContext for Deliveries {
 /// Runs `agent console-producer`: every line of standard input becomes one record.
 pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
     let format = LineFormat::from_properties(&args.properties, "parse.key")?;
-    let mut config = client_config(&args.bootstrap_server, &args.producer_properties)?;
+    let mut config = args.cluster.client_config(&args.producer_properties)?;
     config.set("compression.codec", &args.compression_codec);
     let producer: BaseProducer<Deliveries> = config
         .create_with_context(Deliveries::default())
@@ -146,9 +145,8 @@ pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
 /// Flags of `agent console-consumer`.
 #[derive(Args, Debug)]
 pub struct ConsumerArgs {
-    /// The server(s) to connect to.
-    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
-    bootstrap_server: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// The topic to read.
     #[arg(long)]
     topic: String,
@@ -182,7 +180,7 @@ pub struct ConsumerArgs {
 /// Runs `agent console-consumer`: prints each record's value on its own line.
 pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
     let format = LineFormat::from_properties(&args.properties, "print.key")?;
-    let mut config = client_config(&args.bootstrap_server, &[])?;
+    let mut config = args.cluster.client_config(&[])?;
     config.set("enable.auto.commit", "false");
     config.set("group.id", "agent-console-consumer");
     for pair in &args.consumer_properties {

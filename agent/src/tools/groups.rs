@@ -10,16 +10,15 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{REQUEST_TIMEOUT, client_config, runtime};
+use super::{ClusterArgs, REQUEST_TIMEOUT, runtime};
 
 /// Flags of `agent groups`, named as `kafka-consumer-groups.sh` names them.
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["list", "describe", "reset_offsets", "delete"])))]
 #[command(group(clap::ArgGroup::new("target").args(["to_earliest", "to_latest", "to_offset"])))]
 pub struct GroupsArgs {
-    /// The server(s) to connect to.
-    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
-    bootstrap_server: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// List all groups.
     #[arg(long)]
     list: bool,
@@ -61,7 +60,9 @@ pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
             .context("--group is required for this action")
     };
     if args.list {
-        let consumer: BaseConsumer = client_config(&args.bootstrap_server, &[])?
+        let consumer: BaseConsumer = args
+            .cluster
+            .client_config(&[])?
             .create()
             .context("creating the client")?;
         let list = consumer
@@ -73,12 +74,14 @@ pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
             writeln!(out, "{name}")?;
         }
     } else if args.describe {
-        describe(&args.bootstrap_server, group()?, &mut out)?;
+        describe(&args.cluster, group()?, &mut out)?;
     } else if args.reset_offsets {
         reset(&args, group()?, &mut out)?;
     } else if args.delete {
         let group = group()?;
-        let admin: AdminClient<DefaultClientContext> = client_config(&args.bootstrap_server, &[])?
+        let admin: AdminClient<DefaultClientContext> = args
+            .cluster
+            .client_config(&[])?
             .create()
             .context("creating the admin client")?;
         let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
@@ -96,8 +99,8 @@ pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
 }
 
 /// A consumer acting for `group` without joining it (for offset reads and commits).
-fn group_client(bootstrap: &str, group: &str) -> anyhow::Result<BaseConsumer> {
-    let mut config = client_config(bootstrap, &[])?;
+fn group_client(cluster: &ClusterArgs, group: &str) -> anyhow::Result<BaseConsumer> {
+    let mut config = cluster.client_config(&[])?;
     config
         .set("group.id", group)
         .set("enable.auto.commit", "false");
@@ -113,8 +116,8 @@ struct Row {
     owner: Option<(String, String, String)>,
 }
 
-fn describe(bootstrap: &str, group: &str, out: &mut impl Write) -> anyhow::Result<()> {
-    let consumer = group_client(bootstrap, group)?;
+fn describe(cluster: &ClusterArgs, group: &str, out: &mut impl Write) -> anyhow::Result<()> {
+    let consumer = group_client(cluster, group)?;
     let list = consumer
         .fetch_group_list(Some(group), REQUEST_TIMEOUT)
         .context("describing the group")?;
@@ -265,7 +268,7 @@ fn reset(args: &GroupsArgs, group: &str, out: &mut impl Write) -> anyhow::Result
     if !(args.to_earliest || args.to_latest || args.to_offset.is_some()) {
         bail!("--reset-offsets needs --to-earliest, --to-latest or --to-offset");
     }
-    let consumer = group_client(&args.bootstrap_server, group)?;
+    let consumer = group_client(&args.cluster, group)?;
     let metadata = consumer
         .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
         .context("fetching metadata")?;

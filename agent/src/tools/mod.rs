@@ -4,9 +4,12 @@
 //! librdkafka binding has no admin call for them). Flags follow Kafka's own tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
 //! ...).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use clap::Args;
+use ferry_kafka::client::properties::ClientProperties;
 use rdkafka::config::ClientConfig;
 
 pub mod acls;
@@ -20,15 +23,62 @@ mod wire;
 /// How long a tool waits for the cluster to answer one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A librdkafka configuration for `bootstrap` with `k=v` overrides.
-fn client_config(bootstrap: &str, overrides: &[String]) -> anyhow::Result<ClientConfig> {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", bootstrap);
-    for pair in overrides {
-        let (key, value) = split_property(pair)?;
-        config.set(key, value);
+/// Where a tool connects, and how: Kafka's `--bootstrap-server` and `--command-config`.
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    /// The server(s) to connect to, comma-separated.
+    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
+    bootstrap_server: String,
+    /// A Kafka client properties file (`key=value` lines): `security.protocol`,
+    /// `sasl.mechanism`, `sasl.jaas.config` (PLAIN or SCRAM login module), `ssl.ca.location`
+    /// and any other librdkafka property. Also `--producer.config` and `--consumer.config`,
+    /// as Kafka's console tools call it.
+    #[arg(
+        long = "command-config",
+        value_name = "FILE",
+        alias = "producer.config",
+        alias = "consumer.config"
+    )]
+    command_config: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    /// The checked properties of `--command-config`, if given.
+    fn properties(&self) -> anyhow::Result<Option<ClientProperties>> {
+        match &self.command_config {
+            Some(path) => Ok(Some(ClientProperties::read(path)?)),
+            None => Ok(None),
+        }
     }
-    Ok(config)
+
+    /// The security of the tools' own protocol connections, from `--command-config`.
+    fn wire_security(&self) -> anyhow::Result<wire::Security> {
+        let mut config = ClientConfig::new();
+        if let Some(properties) = self.properties()? {
+            properties.apply(&mut config);
+        }
+        let properties = config
+            .config_map()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        wire::Security::from_properties(&properties)
+    }
+
+    /// A librdkafka configuration for the cluster, with `--command-config` and then the `k=v`
+    /// `overrides`.
+    fn client_config(&self, overrides: &[String]) -> anyhow::Result<ClientConfig> {
+        let mut config = ClientConfig::new();
+        if let Some(properties) = self.properties()? {
+            properties.apply(&mut config);
+        }
+        config.set("bootstrap.servers", &self.bootstrap_server);
+        for pair in overrides {
+            let (key, value) = split_property(pair)?;
+            config.set(key, value);
+        }
+        Ok(config)
+    }
 }
 
 /// Splits `key=value`.
@@ -45,4 +95,61 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("starting the runtime")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(file: Option<PathBuf>) -> ClusterArgs {
+        ClusterArgs {
+            bootstrap_server: "h:1".into(),
+            command_config: file,
+        }
+    }
+
+    #[test]
+    fn command_config_settings_come_before_the_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("client.properties");
+        std::fs::write(
+            &file,
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n\
+             sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule \
+             required username=\"ops\" password=\"pw\";\nclient.id=from-file\n",
+        )
+        .unwrap();
+        let config = cluster(Some(file))
+            .client_config(&["client.id=from-flag".into()])
+            .unwrap();
+        assert_eq!(config.get("bootstrap.servers"), Some("h:1"));
+        assert_eq!(config.get("security.protocol"), Some("sasl_plaintext"));
+        assert_eq!(config.get("sasl.username"), Some("ops"));
+        assert_eq!(config.get("sasl.password"), Some("pw"));
+        assert_eq!(config.get("client.id"), Some("from-flag"));
+        assert_eq!(
+            cluster(None)
+                .client_config(&[])
+                .unwrap()
+                .get("bootstrap.servers"),
+            Some("h:1")
+        );
+    }
+
+    #[test]
+    fn a_bad_command_config_names_the_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.properties");
+        std::fs::write(&file, "acks=all\nssl.truststore.location=/t.jks\n").unwrap();
+        let err = cluster(Some(file.clone())).client_config(&[]).unwrap_err();
+        let shown = format!("{err:#}");
+        assert!(
+            shown.starts_with(&format!("{}:2: ", file.display())),
+            "{shown}"
+        );
+        assert!(shown.contains("ssl.ca.location"), "{shown}");
+        let missing = dir.path().join("missing.properties");
+        let err = cluster(Some(missing)).client_config(&[]).unwrap_err();
+        assert!(format!("{err:#}").contains("cannot read"), "{err:#}");
+    }
 }

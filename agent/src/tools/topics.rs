@@ -11,15 +11,14 @@ use rdkafka::admin::{
 use rdkafka::client::DefaultClientContext;
 use rdkafka::metadata::Metadata;
 
-use super::{REQUEST_TIMEOUT, client_config, runtime, split_property};
+use super::{ClusterArgs, REQUEST_TIMEOUT, runtime, split_property};
 
 /// Flags of `agent topics`, named as `kafka-topics.sh` names them.
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["create", "list", "describe", "alter", "delete"])))]
 pub struct TopicsArgs {
-    /// The server(s) to connect to, `host:port[,host:port]`.
-    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
-    bootstrap_server: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// Create a topic.
     #[arg(long)]
     create: bool,
@@ -57,10 +56,11 @@ pub struct TopicsArgs {
 
 /// Runs `agent topics`.
 pub fn run(args: TopicsArgs) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> =
-        client_config(&args.bootstrap_server, &args.command_properties)?
-            .create()
-            .context("creating the admin client")?;
+    let admin: AdminClient<DefaultClientContext> = args
+        .cluster
+        .client_config(&args.command_properties)?
+        .create()
+        .context("creating the admin client")?;
     let rt = runtime()?;
     let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
     let topic = || {

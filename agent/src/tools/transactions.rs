@@ -11,7 +11,6 @@
 //! - `--describe`: FindCoordinator (key type 1, transaction) for the transactional id, then
 //!   DescribeTransactions to that coordinator.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,17 +24,16 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::runtime;
 use super::wire::{Connection, Security};
+use super::{ClusterArgs, runtime};
 
 /// Flags of `agent transactions`, named as `kafka-transactions.sh` names its commands and
 /// options (`list` is `--list`, `describe` is `--describe`).
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["list", "describe"])))]
 pub struct TransactionsArgs {
-    /// The server(s) to connect to, comma-separated.
-    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
-    bootstrap_server: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// List the transactions of every broker: id, coordinator, producer id and state.
     #[arg(long)]
     list: bool,
@@ -55,17 +53,18 @@ pub fn run(args: TransactionsArgs) -> anyhow::Result<()> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64)
     };
-    let security = Security::from_properties(&BTreeMap::new())?;
+    let security = args.cluster.wire_security()?;
+    let bootstrap = &args.cluster.bootstrap_server;
     runtime()?.block_on(async {
         if args.list {
-            let rows = list(&args.bootstrap_server, &security).await?;
+            let rows = list(bootstrap, &security).await?;
             print_table(&mut out, &LIST_HEADER, &rows)
         } else {
             let id = args
                 .transactional_id
                 .as_deref()
                 .context("--describe needs --transactional-id")?;
-            let row = describe(&args.bootstrap_server, &security, id, now_ms).await?;
+            let row = describe(bootstrap, &security, id, now_ms).await?;
             print_table(&mut out, &DESCRIBE_HEADER, &[row])
         }
     })

@@ -8,15 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_core::{
-    Channel, Checkpoint, CheckpointStore, MemoryCheckpointStore, Shutdown, Source, SourceContext,
-    SourceError,
+    Channel, Checkpoint, CheckpointStore, MemoryCheckpointStore, Shutdown, Source, SourceError,
 };
 use tokio::task::JoinHandle;
 
 use super::checkpoint::{Position, decode, encode};
 use super::*;
 use crate::file_id::{FileKey, Fingerprint};
-use crate::test_channel::{TestChannel, config};
+use ferry_core::test_support::{TestChannel, config, context_with};
 
 struct Running {
     channel: Arc<TestChannel>,
@@ -52,15 +51,7 @@ fn start_on(channel: Arc<TestChannel>, yaml: &str, checkpoint: Option<Checkpoint
     if let Some(checkpoint) = checkpoint {
         store.save("test", &checkpoint).unwrap();
     }
-    let shutdown = Shutdown::new();
-    let ctx = SourceContext::new(
-        "test",
-        vec![channel.clone() as Arc<dyn Channel>],
-        vec![],
-        shutdown.clone(),
-        store,
-    )
-    .unwrap();
+    let (ctx, shutdown) = context_with(&channel, "test", store);
     let task = tokio::spawn(build(yaml).run(ctx));
     Running {
         channel,

@@ -32,17 +32,20 @@ use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol, StreamConsumer,
 };
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Deserialize;
+
+use crate::client::security::TokenContext;
+use crate::client::{ClientError, Connection, Role, headers};
 
 /// Options of the `kafka` source.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSourceConfig {
-    /// `host:port[,host:port]` of the cluster. Required. Flume: `kafka.bootstrap.servers`.
-    pub bootstrap_servers: String,
+    // `bootstrap_servers` and the security options are read by [`Connection::from_config`],
+    // the same for every Kafka component (see `crate::client::security`).
     /// Topics to consume. Flume: `kafka.topics`.
     #[serde(default)]
     pub topics: Vec<String>,
@@ -127,6 +130,7 @@ struct Shared {
 }
 
 struct RebalanceContext {
+    token: TokenContext,
     source: String,
     ctx: SourceContext,
     shared: Arc<Mutex<Shared>>,
@@ -224,7 +228,16 @@ fn commit_durable<C: ConsumerContext>(
     }
 }
 
-impl ClientContext for RebalanceContext {}
+impl ClientContext for RebalanceContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        self.token.oauth_token()
+    }
+}
 
 impl ConsumerContext for RebalanceContext {
     fn rebalance(
@@ -294,6 +307,7 @@ impl ConsumerContext for RebalanceContext {
 /// The Kafka source.
 pub struct KafkaSource {
     config: KafkaSourceConfig,
+    connection: Connection,
     client: ClientConfig,
 }
 
@@ -308,10 +322,9 @@ impl std::fmt::Debug for KafkaSource {
 impl KafkaSource {
     /// Validates the options; the consumer is created when the source runs.
     pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
-        let config: KafkaSourceConfig = cfg.parse()?;
-        if config.bootstrap_servers.trim().is_empty() {
-            return Err(cfg.error_at("bootstrap_servers", "`bootstrap_servers` is empty"));
-        }
+        let (connection, own) = Connection::from_config(cfg, Role::Source)?;
+        let config: KafkaSourceConfig = own.parse()?;
+        Connection::check_passthrough(cfg, "consumer", &config.consumer)?;
         match (&config.topics_regex, config.topics.is_empty()) {
             (None, true) => {
                 return Err(ConfigError::new(
@@ -349,19 +362,18 @@ impl KafkaSource {
             &config.isolation_level,
             &["read_committed", "read_uncommitted"],
         )?;
-        let mut client = ClientConfig::new();
+        let mut client = connection.consumer_config(&config.group_id);
         client
-            .set("bootstrap.servers", &config.bootstrap_servers)
-            .set("group.id", &config.group_id)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", &config.auto_offset_reset)
-            .set("isolation.level", &config.isolation_level)
-            .set("enable.partition.eof", "false");
+            .set("isolation.level", &config.isolation_level);
         for (key, value) in &config.consumer {
             client.set(key, value);
         }
-        Ok(Self { config, client })
+        Ok(Self {
+            config,
+            connection,
+            client,
+        })
     }
 }
 
@@ -373,19 +385,9 @@ struct Pending {
     event: Event,
 }
 
+/// The record's event: its Kafka headers, then where it was read.
 fn event_of(message: &impl Message) -> Event {
-    let mut event = Event::from_body(message.payload().map(<[u8]>::to_vec).unwrap_or_default());
-    if let Some(headers) = message.headers() {
-        for header in headers.iter() {
-            let value = header
-                .value
-                .map(String::from_utf8_lossy)
-                .unwrap_or_default();
-            event
-                .headers
-                .insert(header.key.to_owned(), value.into_owned());
-        }
-    }
+    let mut event = headers::event_of(message, true);
     let h = &mut event.headers;
     h.insert("topic".into(), message.topic().to_owned());
     h.insert("partition".into(), message.partition().to_string());
@@ -416,6 +418,7 @@ impl Source for KafkaSource {
             shared.lock().unwrap_or_else(|e| e.into_inner()).sent = offsets;
         }
         let context = RebalanceContext {
+            token: self.connection.context(),
             source: name.clone(),
             ctx: ctx.clone(),
             shared: Arc::clone(&shared),
@@ -423,7 +426,7 @@ impl Source for KafkaSource {
         let consumer: StreamConsumer<RebalanceContext> =
             self.client
                 .create_with_context(context)
-                .map_err(|e| SourceError::Other(format!("creating the Kafka consumer: {e}")))?;
+                .map_err(|e| ClientError::kafka("creating the Kafka consumer", e))?;
         let subscription: Vec<String> = match &self.config.topics_regex {
             // librdkafka reads a name starting with `^` as a regular expression.
             Some(regex) if regex.starts_with('^') => vec![regex.clone()],
@@ -433,7 +436,7 @@ impl Source for KafkaSource {
         let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
-            .map_err(|e| SourceError::Other(format!("subscribing to {topics:?}: {e}")))?;
+            .map_err(|e| ClientError::kafka(format!("subscribing to {topics:?}"), e))?;
         tracing::info!(source = %name, topics = ?topics, group = %self.config.group_id, "kafka source subscribed");
 
         let shutdown = ctx.shutdown().clone();
@@ -511,13 +514,12 @@ impl Source for KafkaSource {
 mod tests {
     use std::sync::Arc;
 
-    use ferry_broker::{Broker, BrokerConfig};
-    use ferry_core::{Channel, CheckpointStore, MemoryCheckpointStore, Shutdown, SourceContext};
+    use ferry_core::test_support::{TestChannel, config, context_with};
+    use ferry_core::{CheckpointStore, MemoryCheckpointStore};
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{FutureProducer, FutureRecord};
 
     use super::*;
-    use crate::test_channel::{TestChannel, config};
 
     async fn produce(bootstrap: &str, topic: &str, from: usize, to: usize) {
         let producer: FutureProducer = ClientConfig::new()
@@ -565,15 +567,7 @@ mod tests {
         n: usize,
         topics: &str,
     ) {
-        let shutdown = Shutdown::new();
-        let ctx = SourceContext::new(
-            "kafka-in",
-            vec![channel.clone() as Arc<dyn Channel>],
-            vec![],
-            shutdown.clone(),
-            store,
-        )
-        .unwrap();
+        let (ctx, shutdown) = context_with(channel, "kafka-in", store);
         let source = KafkaSource::build(&config(
             "kafka",
             &format!(
@@ -589,12 +583,17 @@ mod tests {
         task.await.unwrap().unwrap();
     }
 
-    fn group_offsets(bootstrap: &str) -> BTreeMap<i32, i64> {
-        let consumer: BaseConsumer = ClientConfig::new()
+    /// A consumer of the sources' group `g`, never subscribed.
+    fn group_g(bootstrap: &str) -> BaseConsumer {
+        ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("group.id", "g")
             .create()
-            .unwrap();
+            .unwrap()
+    }
+
+    fn group_offsets(bootstrap: &str) -> BTreeMap<i32, i64> {
+        let consumer = group_g(bootstrap);
         let mut tpl = TopicPartitionList::new();
         for p in 0..3 {
             tpl.add_partition("logs", p);
@@ -610,11 +609,7 @@ mod tests {
     }
 
     fn reset_group(bootstrap: &str) {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", "g")
-            .create()
-            .unwrap();
+        let consumer = group_g(bootstrap);
         let mut tpl = TopicPartitionList::new();
         for p in 0..3 {
             tpl.add_partition_offset("logs", p, Offset::Offset(0))
@@ -625,17 +620,7 @@ mod tests {
 
     /// A broker in `dir` whose topics get 3 partitions and whose groups rebalance at once.
     async fn start_broker(dir: &std::path::Path) -> (ferry_broker::BrokerHandle, String) {
-        let broker = Broker::start(BrokerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.to_path_buf(),
-            num_partitions: 3,
-            group_initial_rebalance_delay_ms: 0,
-            ..BrokerConfig::default()
-        })
-        .await
-        .unwrap();
-        let bootstrap = broker.local_addr().to_string();
-        (broker, bootstrap)
+        crate::test_support::start_broker(dir, 3).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

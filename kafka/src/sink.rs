@@ -7,9 +7,8 @@
 //! [`Sink::flush`] waits until every record sent since the last flush is safe. The runner
 //! flushes once `transaction_max_events` events are in flight, `transaction_max_delay` after
 //! the first send, or when the channel has nothing more ready, and only then commits the takes.
-//! Each record carries a clone of one shared counter of the records sent since the last flush;
-//! librdkafka's delivery callback counts it down and keeps the first failure, so a flush waits
-//! on one counter, not on a future per record.
+//! A flush waits on one counter of the records sent since the last one, and a full producer
+//! queue waits for room (see [`crate::client`]).
 //!
 //! `delivery: at_least_once` (the default): an idempotent producer; a flush succeeds when
 //! every record sent since the last one was acknowledged (`acks`); if any fails, every batch
@@ -33,30 +32,27 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_core::{
     ComponentConfig, ConfigError, Event, Pipelining, Sink, SinkBatch, SinkContext, SinkError,
     async_trait,
 };
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::{ClientContext, DefaultClientContext};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 use serde::Deserialize;
-use tokio::sync::Notify;
+
+use crate::client::{
+    ClientError, Connection, GroupConsumer, GroupOffset, Producer, Role, TransactionalProducer,
+    call_blocking, create_topic, headers,
+};
 
 /// Options of the `kafka` sink.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSinkConfig {
-    /// `host:port[,host:port]` of the cluster. Required. Flume: `kafka.bootstrap.servers`.
-    pub bootstrap_servers: String,
+    // `bootstrap_servers` and the security options are read by [`Connection::from_config`],
+    // the same for every Kafka component (see `crate::client::security`).
     /// Topic to write to; `%{name}` is replaced by the event's header `name`. Default
     /// `default-flume-topic`. Flume: `kafka.topic`.
     #[serde(default = "default_topic")]
@@ -162,114 +158,9 @@ fn default_transaction_max_delay() -> Duration {
     Duration::from_millis(100)
 }
 
-/// The records sent since the last flush that Kafka has not yet reported on, and the first
-/// failure among them. Every record carries a clone of the `Arc` as its delivery opaque (a
-/// reference count, not an allocation); [`DeliveryReports`] counts it down.
-#[derive(Debug, Default)]
-struct Deliveries {
-    outstanding: AtomicUsize,
-    /// A waiter wants waking once `outstanding` is at most this.
-    wake_at: AtomicUsize,
-    failed: AtomicBool,
-    /// The first failure; locked only when a record fails and when a waiter reports it.
-    failure: Mutex<Option<KafkaError>>,
-    woken: Notify,
-}
-
-impl Deliveries {
-    /// A record is about to be queued.
-    fn sending(&self) {
-        self.outstanding.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// A record counted by [`Self::sending`] was refused, so no report will come for it.
-    fn refused(&self) {
-        self.outstanding.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// Kafka's report on one record (from librdkafka's polling thread).
-    fn reported(&self, failure: Option<&KafkaError>) {
-        if let Some(error) = failure {
-            let mut first = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-            first.get_or_insert_with(|| error.clone());
-            self.failed.store(true, Ordering::SeqCst);
-        }
-        let left = self
-            .outstanding
-            .fetch_sub(1, Ordering::SeqCst)
-            .saturating_sub(1);
-        if left <= self.wake_at.load(Ordering::SeqCst) || failure.is_some() {
-            self.woken.notify_waiters();
-        }
-    }
-
-    /// Waits until at most `target` records are outstanding; fails as soon as one failed.
-    async fn fallen_to(&self, target: usize) -> Result<(), SinkError> {
-        self.wake_at.store(target, Ordering::SeqCst);
-        loop {
-            // Registered before looking, so a report between the look and the wait wakes it.
-            let woken = self.woken.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            if self.failed.load(Ordering::SeqCst)
-                || self.outstanding.load(Ordering::SeqCst) <= target
-            {
-                break;
-            }
-            woken.await;
-        }
-        self.wake_at.store(0, Ordering::SeqCst);
-        self.failure()
-    }
-
-    /// The producer's queue is full: waits until half the outstanding records are reported,
-    /// or 10 ms at most (the queue may hold records of earlier flushes, counted elsewhere).
-    async fn room(&self) -> Result<(), SinkError> {
-        let outstanding = self.outstanding.load(Ordering::SeqCst);
-        let wait = Duration::from_millis(10);
-        if outstanding == 0 {
-            tokio::time::sleep(wait).await;
-        } else {
-            let _ = tokio::time::timeout(wait, self.fallen_to(outstanding / 2)).await;
-        }
-        self.wake_at.store(0, Ordering::SeqCst);
-        self.failure()
-    }
-
-    fn failure(&self) -> Result<(), SinkError> {
-        if !self.failed.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        let first = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        match &*first {
-            Some(error) => Err(kafka_error("record not acknowledged", error.clone())),
-            None => Err(SinkError::Delivery("record not acknowledged".into())),
-        }
-    }
-}
-
-/// The producer's context: hands each delivery report to the record's [`Deliveries`].
-struct DeliveryReports;
-
-impl ClientContext for DeliveryReports {}
-
-impl ProducerContext for DeliveryReports {
-    type DeliveryOpaque = Arc<Deliveries>;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, deliveries: Arc<Deliveries>) {
-        deliveries.reported(result.as_ref().err().map(|(error, _)| error));
-    }
-}
-
-/// The producer the sink writes with: librdkafka's, with a thread serving its reports.
-type KafkaProducer = ThreadedProducer<DeliveryReports>;
-
 /// With `exactly_once`: what was sent since the last flush.
 #[derive(Debug)]
 struct Transaction {
-    /// Whether a Kafka transaction was begun: not while every event sent was already
-    /// delivered by the last committed one.
-    begun: bool,
     /// Every channel sequence number of the batches sent, skipped ones included.
     runs: Runs,
     records: usize,
@@ -280,12 +171,15 @@ struct Transaction {
 /// The Kafka sink.
 pub struct KafkaSink {
     config: KafkaSinkConfig,
+    connection: Connection,
     client: ClientConfig,
     /// Whether `topic` holds `%{header}` references (else no event needs its own topic name).
     topic_is_template: bool,
-    producer: Option<KafkaProducer>,
-    /// The records sent since the last flush.
-    deliveries: Arc<Deliveries>,
+    /// With `at_least_once`: the producer.
+    producer: Option<Producer>,
+    /// With `exactly_once`: the transactional producer, once initialised; `None` again after
+    /// a failure.
+    session: Option<TransactionalProducer>,
     /// With `exactly_once`: the transactional id (also the progress group) once started.
     transactional_id: Option<String>,
     /// With `exactly_once`: the channel sequence numbers the last committed transaction
@@ -293,7 +187,7 @@ pub struct KafkaSink {
     /// ready.
     delivered: Option<Runs>,
     /// With `exactly_once`: a consumer of the progress group, for its group metadata.
-    progress: Option<Arc<BaseConsumer>>,
+    progress: Option<Arc<GroupConsumer>>,
     /// With `exactly_once`: the transaction filled since the last flush.
     open: Option<Transaction>,
 }
@@ -309,10 +203,9 @@ impl std::fmt::Debug for KafkaSink {
 impl KafkaSink {
     /// Validates the options; the producer is created at `start`.
     pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
-        let config: KafkaSinkConfig = cfg.parse()?;
-        if config.bootstrap_servers.trim().is_empty() {
-            return Err(cfg.error_at("bootstrap_servers", "`bootstrap_servers` is empty"));
-        }
+        let (connection, own) = Connection::from_config(cfg, Role::Sink)?;
+        let config: KafkaSinkConfig = own.parse()?;
+        Connection::check_passthrough(cfg, "producer", &config.producer)?;
         if config.topic.is_empty() {
             return Err(cfg.error_at("topic", "`topic` is empty"));
         }
@@ -328,9 +221,8 @@ impl KafkaSink {
             &config.compression,
             &["none", "gzip", "snappy", "lz4", "zstd"],
         )?;
-        let mut client = ClientConfig::new();
+        let mut client = connection.client_config();
         client
-            .set("bootstrap.servers", &config.bootstrap_servers)
             .set("acks", &config.acks)
             .set("compression.type", &config.compression)
             .set("linger.ms", config.linger.as_millis().to_string())
@@ -357,9 +249,10 @@ impl KafkaSink {
         Ok(Self {
             topic_is_template: config.topic.contains("%{"),
             config,
+            connection,
             client,
             producer: None,
-            deliveries: Arc::default(),
+            session: None,
             transactional_id: None,
             delivered: None,
             progress: None,
@@ -397,12 +290,6 @@ impl KafkaSink {
             None => self.config.default_partition_id,
         }
     }
-
-    fn new_producer(&self, client: &ClientConfig) -> Result<KafkaProducer, SinkError> {
-        client
-            .create_with_context(DeliveryReports)
-            .map_err(|e| kafka_error("creating the Kafka producer", e))
-    }
 }
 
 /// Replaces `%{name}` by the event's header `name` (empty when absent).
@@ -427,55 +314,24 @@ fn fill_template(template: &str, event: &Event) -> String {
     out
 }
 
-fn kafka_error(context: &str, error: KafkaError) -> SinkError {
-    SinkError::Delivery(format!("{context}: {error}"))
-}
-
-/// The Kafka record headers of `event`'s Flume headers.
-fn headers_of(event: &Event) -> OwnedHeaders {
-    let mut headers = OwnedHeaders::new_with_capacity(event.headers.len());
-    for (key, value) in &event.headers {
-        headers = headers.insert(Header {
-            key,
-            value: Some(value.as_bytes()),
-        });
-    }
-    headers
-}
-
 /// Most channel batches in flight (in one transaction, with `exactly_once`). Each batch adds
 /// at least one run `first-last` to the transaction's progress record; when sinks sharing a
 /// channel interleave their takes, every batch adds one, and the record must fit Kafka's
 /// `offset.metadata.max.bytes` (4096 by default): 100 runs of 12-digit numbers do.
 const MAX_BATCHES_IN_FLIGHT: usize = 100;
 
-/// How long a transactional call waits before failing the batch (it is retried).
-const TXN_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Runs a blocking librdkafka call off the async threads.
-async fn blocking<T: Send + 'static>(
-    context: &str,
-    f: impl FnOnce() -> Result<T, KafkaError> + Send + 'static,
-) -> Result<T, SinkError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| SinkError::Delivery(format!("{context}: {e}")))?
-        .map_err(|e| kafka_error(context, e))
-}
-
 impl KafkaSink {
-    /// Queues a record for each of `events` on `producer`, counted in `self.deliveries`.
+    /// Queues a record for each of `events` on `producer`.
     async fn queue<'a>(
         &'a self,
-        producer: &KafkaProducer,
+        producer: &Producer,
         events: impl Iterator<Item = &'a Event> + Send,
-    ) -> Result<(), SinkError> {
+    ) -> Result<(), ClientError> {
         for event in events {
             let topic = self.topic_of(event);
-            let mut record = BaseRecord::with_opaque_to(&topic, Arc::clone(&self.deliveries))
-                .payload(&event.body[..]);
+            let mut record = producer.record(&topic).payload(&event.body[..]);
             if !event.headers.is_empty() {
-                record = record.headers(headers_of(event));
+                record = record.headers(headers::record_headers(event));
             }
             if let Some(key) = event.headers.get(&self.config.key_header) {
                 record = record.key(key.as_bytes());
@@ -483,75 +339,51 @@ impl KafkaSink {
             if let Some(partition) = self.partition_of(event) {
                 record = record.partition(partition);
             }
-            self.deliveries.sending();
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        // The local queue is full: wait for reports, then try the record again.
-                        record = back;
-                        if let Err(error) = self.deliveries.room().await {
-                            self.deliveries.refused();
-                            return Err(error);
-                        }
-                    }
-                    Err((error, _)) => {
-                        self.deliveries.refused();
-                        return Err(kafka_error(&format!("sending to {topic}"), error));
-                    }
-                }
-            }
+            producer.send(record).await?;
         }
         Ok(())
     }
 
     /// With `at_least_once`: queues the batch's records.
     async fn send_at_least_once(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
-        let producer = match &self.producer {
-            Some(producer) => producer.clone(),
+        if self.producer.is_none() {
             // Replacing a fatally failed producer failed: try again.
-            None => {
-                let producer = self.new_producer(&self.client)?;
-                self.producer = Some(producer.clone());
-                producer
-            }
+            self.producer = Some(Producer::new(&self.client, self.connection.context())?);
+        }
+        let Some(producer) = &self.producer else {
+            return Ok(());
         };
-        self.queue(&producer, batch.events.iter()).await
+        Ok(self.queue(producer, batch.events.iter()).await?)
     }
 
     /// With `at_least_once`: waits until every record sent since the last flush is
     /// acknowledged.
     async fn acknowledged(&mut self) -> Result<(), SinkError> {
-        let deliveries = std::mem::take(&mut self.deliveries);
-        deliveries.fallen_to(0).await
+        match &mut self.producer {
+            Some(producer) => Ok(producer.acknowledged().await?),
+            None => Ok(()),
+        }
     }
 
-    /// With `exactly_once`: a transactional producer, initialised (fencing an older instance
-    /// and settling its open transaction), and the progress read back from the group.
-    async fn ready_exactly_once(&mut self) -> Result<KafkaProducer, SinkError> {
-        if let (Some(producer), Some(_)) = (&self.producer, &self.delivered) {
-            return Ok(producer.clone());
+    /// With `exactly_once`: makes the transactional producer ready (initialising it fences an
+    /// older instance and settles its open transaction) and reads the progress back from the
+    /// group.
+    async fn ready_exactly_once(&mut self) -> Result<(), SinkError> {
+        if self.session.is_some() && self.delivered.is_some() {
+            return Ok(());
         }
         let id = self.transactional_id.clone().unwrap_or_default();
         let topic = self.config.progress_topic.clone();
-        let bootstrap = self.config.bootstrap_servers.clone();
-        ensure_topic(&bootstrap, &topic).await?;
+        create_topic(&self.connection, &topic, 1).await?;
         let mut client = self.client.clone();
         client.set("transactional.id", &id);
-        let producer = self.new_producer(&client)?;
-        let p = producer.clone();
-        blocking("initialising the transactional producer", move || {
-            p.init_transactions(TXN_TIMEOUT)
-        })
-        .await?;
-        let delivered = read_progress(&bootstrap, &id, &topic).await?;
-        let progress = progress_consumer(&bootstrap, &id)
-            .map_err(|e| kafka_error("creating the progress group's consumer", e))?;
-        self.progress = Some(Arc::new(progress));
+        let session = TransactionalProducer::init(&client, self.connection.context()).await?;
+        let delivered = read_progress(&self.connection, &id, &topic).await?;
+        self.progress = Some(Arc::new(GroupConsumer::new(&self.connection, &id)?));
         tracing::info!(transactional_id = %id, last_delivered = %encode_runs(&delivered), "kafka sink ready for exactly-once delivery");
-        self.producer = Some(producer.clone());
+        self.session = Some(session);
         self.delivered = Some(delivered);
-        Ok(producer)
+        Ok(())
     }
 
     /// With `exactly_once`: adds the batch to the open transaction (beginning one if needed)
@@ -564,7 +396,7 @@ impl KafkaSink {
                     .into(),
             ));
         };
-        let producer = self.ready_exactly_once().await?;
+        self.ready_exactly_once().await?;
         let delivered = self.delivered.as_ref();
         // Only the events of the last committed transaction are skipped: those whose takes
         // may not have committed. (Not "everything below": another sink on the same channel
@@ -572,7 +404,6 @@ impl KafkaSink {
         let is_fresh = |seq: &u64| !delivered.is_some_and(|runs| in_runs(runs, *seq));
         let fresh = sequences.iter().filter(|seq| is_fresh(seq)).count();
         let open = self.open.get_or_insert_with(|| Transaction {
-            begun: false,
             runs: Runs::new(),
             records: 0,
             batches: 0,
@@ -585,20 +416,24 @@ impl KafkaSink {
         if fresh == 0 {
             return Ok(());
         }
-        if !open.begun {
-            producer
-                .begin_transaction()
-                .map_err(|e| kafka_error("beginning a transaction", e))?;
-            open.begun = true;
-        }
         open.records += fresh;
+        let Some(session) = &mut self.session else {
+            return Err(SinkError::Delivery(
+                "the transactional producer is not ready".into(),
+            ));
+        };
+        // Not begun while every event sent was already delivered by the last committed one.
+        session.begin()?;
+        let Some(session) = &self.session else {
+            return Ok(());
+        };
         let events = batch
             .events
             .iter()
             .zip(sequences)
             .filter(|(_, seq)| is_fresh(seq))
             .map(|(event, _)| event);
-        self.queue(&producer, events).await
+        Ok(self.queue(session.producer(), events).await?)
     }
 
     /// With `exactly_once`: waits for every record of the open transaction, then commits it
@@ -607,38 +442,27 @@ impl KafkaSink {
         let Some(open) = &self.open else {
             return Ok(());
         };
-        if !open.begun {
+        let (Some(session), Some(group)) = (&mut self.session, &self.progress) else {
+            return Err(SinkError::Delivery(
+                "the transactional producer is not ready".into(),
+            ));
+        };
+        if !session.is_open() {
             // Every event was delivered by the last committed transaction, whose progress
             // already names them.
             self.open = None;
             return Ok(());
         }
-        let (Some(producer), Some(group)) = (self.producer.clone(), self.progress.clone()) else {
-            return Err(SinkError::Delivery(
-                "the transactional producer is not ready".into(),
-            ));
-        };
-        let topic = self.config.progress_topic.clone();
         let next = open.runs.iter().map(|(_, last)| last + 1).max();
-        let metadata = encode_runs(&open.runs);
-        // Waiting for every record here, rather than leaving it to the commit, keeps the
-        // commit's own flush from polling in 100 ms steps (rust-rdkafka's flush loop).
-        std::mem::take(&mut self.deliveries).fallen_to(0).await?;
-        let sent = open.started.elapsed();
-        blocking("committing the transaction", move || {
-            let group_metadata = group.group_metadata().ok_or_else(|| {
-                KafkaError::ClientCreation("no group metadata for the progress group".into())
-            })?;
-            let mut offsets = TopicPartitionList::new();
-            let mut entry = offsets.add_partition(&topic, 0);
-            entry.set_offset(Offset::Offset(next.unwrap_or(0) as i64))?;
-            entry.set_metadata(metadata);
-            producer.send_offsets_to_transaction(&offsets, &group_metadata, TXN_TIMEOUT)?;
-            producer.commit_transaction(TXN_TIMEOUT)
-        })
-        .await?;
+        let progress = GroupOffset {
+            group: Arc::clone(group),
+            topic: self.config.progress_topic.clone(),
+            offset: next.unwrap_or(0) as i64,
+            metadata: encode_runs(&open.runs),
+        };
+        session.commit(Some(progress)).await?;
         if let Some(open) = self.open.take() {
-            tracing::debug!(records = open.records, batches = open.batches, ?sent, total = ?open.started.elapsed(), "transaction committed");
+            tracing::debug!(records = open.records, batches = open.batches, total = ?open.started.elapsed(), "transaction committed");
             self.delivered = Some(open.runs);
         }
         Ok(())
@@ -650,37 +474,21 @@ impl KafkaSink {
     /// read then tells what is delivered); with `at_least_once` a producer that failed fatally
     /// is replaced.
     async fn discard(&mut self) {
-        self.deliveries = Arc::default();
-        let open = self.open.take();
-        let Some(producer) = self.producer.clone() else {
+        self.open = None;
+        if let Some(session) = self.session.take() {
+            session.abort().await;
+            self.delivered = None;
+        }
+        let Some(producer) = &mut self.producer else {
             return;
         };
-        if self.config.delivery == Delivery::ExactlyOnce {
-            if open.is_some_and(|open| open.begun) {
-                let p = producer.clone();
-                let _ = blocking("aborting the transaction", move || {
-                    p.abort_transaction(TXN_TIMEOUT)
-                })
-                .await;
-            }
-            self.producer = None;
-            self.delivered = None;
-        } else if let Some((code, reason)) = producer.client().fatal_error() {
+        producer.forget_sent();
+        if let Some((code, reason)) = producer.fatal_error() {
             // A fatal producer error never clears: start over with a new producer.
             tracing::error!(error = %code, %reason, "the Kafka producer failed fatally; making a new one");
-            self.producer = self.new_producer(&self.client).ok();
+            self.producer = Producer::new(&self.client, self.connection.context()).ok();
         }
     }
-}
-/// A consumer of the progress group, never subscribed: for its group metadata and committed
-/// offsets.
-fn progress_consumer(bootstrap: &str, group: &str) -> Result<BaseConsumer, KafkaError> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
 }
 
 /// Channel sequence numbers as runs of consecutive numbers: (first, last), in order.
@@ -719,53 +527,24 @@ fn decode_runs(text: &str) -> Option<Runs> {
         .collect()
 }
 
-/// The channel sequence numbers the last committed transaction delivered: the metadata of the progress
-/// group's committed offset on partition 0 of the progress topic (none at first).
-async fn read_progress(bootstrap: &str, group: &str, topic: &str) -> Result<Runs, SinkError> {
-    let (bootstrap, group, topic) = (bootstrap.to_owned(), group.to_owned(), topic.to_owned());
-    let metadata = blocking("reading the sink's progress", move || {
-        let consumer = progress_consumer(&bootstrap, &group)?;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&topic, 0);
-        let committed = consumer.committed_offsets(tpl, TXN_TIMEOUT)?;
-        Ok(committed
-            .find_partition(&topic, 0)
-            .map(|e| e.metadata().to_owned())
-            .unwrap_or_default())
+/// The channel sequence numbers the last committed transaction delivered: the metadata of the
+/// progress group's committed offset on partition 0 of the progress topic (none at first).
+async fn read_progress(
+    connection: &Connection,
+    group: &str,
+    topic: &str,
+) -> Result<Runs, SinkError> {
+    let consumer = GroupConsumer::new(connection, group)?;
+    let topic = topic.to_owned();
+    let metadata = call_blocking("reading the sink's progress", move || {
+        Ok(consumer.committed_metadata(&topic, 0))
     })
-    .await?;
+    .await??;
     decode_runs(&metadata).ok_or_else(|| {
         SinkError::Delivery(format!(
             "the progress recorded for this sink ({metadata:?}) is not one it wrote"
         ))
     })
-}
-
-/// Creates `topic` with one partition unless it exists.
-async fn ensure_topic(bootstrap: &str, topic: &str) -> Result<(), SinkError> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .map_err(|e| kafka_error("creating an admin client", e))?;
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1));
-    let results = admin
-        .create_topics(
-            [&new],
-            &AdminOptions::new().request_timeout(Some(TXN_TIMEOUT)),
-        )
-        .await
-        .map_err(|e| kafka_error(&format!("creating the progress topic {topic}"), e))?;
-    for result in results {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((_, code)) => {
-                return Err(SinkError::Delivery(format!(
-                    "creating the progress topic {topic}: {code}"
-                )));
-            }
-        }
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -786,7 +565,7 @@ impl Sink for KafkaSink {
             );
             return Ok(());
         }
-        self.producer = Some(self.new_producer(&self.client)?);
+        self.producer = Some(Producer::new(&self.client, self.connection.context())?);
         Ok(())
     }
 
@@ -826,11 +605,12 @@ impl Sink for KafkaSink {
     }
 
     async fn stop(&mut self) -> Result<(), SinkError> {
-        if let Some(producer) = self.producer.take() {
-            tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(30)))
-                .await
-                .map_err(|e| SinkError::Delivery(format!("flushing the producer: {e}")))?
-                .map_err(|e| kafka_error("flushing the producer", e))?;
+        let session = self.session.take();
+        let producer = self.producer.take();
+        match (&session, &producer) {
+            (Some(session), _) => session.producer().flush().await?,
+            (None, Some(producer)) => producer.flush().await?,
+            (None, None) => {}
         }
         Ok(())
     }
@@ -839,7 +619,21 @@ impl Sink for KafkaSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use crate::client::Connection;
+    use crate::test_support::committed_bodies;
+    use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+
+    fn config(yaml: &str) -> ComponentConfig {
+        ComponentConfig::from_yaml(ferry_core::ComponentKind::Sink, "test", "kafka", yaml).unwrap()
+    }
+
+    fn context() -> SinkContext {
+        SinkContext {
+            name: "test".into(),
+            metrics: ferry_core::ComponentMetrics::new("sink", "test"),
+            state: None,
+        }
+    }
 
     fn event(headers: &[(&str, &str)]) -> Event {
         let mut e = Event::from_body("x");
@@ -860,11 +654,8 @@ mod tests {
 
     #[test]
     fn topic_header_overrides_unless_disabled() {
-        let sink = KafkaSink::build(&crate::config(
-            "kafka",
-            "bootstrap_servers: 127.0.0.1:9092\ntopic: base",
-        ))
-        .unwrap();
+        let sink =
+            KafkaSink::build(&config("bootstrap_servers: 127.0.0.1:9092\ntopic: base")).unwrap();
         assert_eq!(sink.topic_of(&event(&[("topic", "other")])), "other");
         // Neither the header nor a plain topic makes a string per event; a template does.
         assert!(matches!(
@@ -872,8 +663,7 @@ mod tests {
             Cow::Borrowed(_)
         ));
         assert!(matches!(sink.topic_of(&event(&[])), Cow::Borrowed("base")));
-        let sink = KafkaSink::build(&crate::config(
-            "kafka",
+        let sink = KafkaSink::build(&config(
             "bootstrap_servers: 127.0.0.1:9092\ntopic: logs-%{app}",
         ))
         .unwrap();
@@ -883,57 +673,20 @@ mod tests {
             matches!(&topic, Cow::Owned(t) if t == "logs-web"),
             "{topic}"
         );
-        let sink = KafkaSink::build(&crate::config(
-            "kafka",
+        let sink = KafkaSink::build(&config(
             "bootstrap_servers: 127.0.0.1:9092\ntopic: base\nallow_topic_override: false",
         ))
         .unwrap();
         assert_eq!(sink.topic_of(&event(&[("topic", "other")])), "base");
     }
 
-    /// Bodies a read_committed consumer finds in `topic`, once their number stops changing.
-    fn committed_bodies(bootstrap: &str, topic: &str) -> Vec<String> {
-        use rdkafka::consumer::BaseConsumer;
-        use rdkafka::message::Message;
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", "reader")
-            .set("isolation.level", "read_committed")
-            .set("auto.offset.reset", "earliest")
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, Offset::Beginning)
-            .unwrap();
-        consumer.assign(&tpl).unwrap();
-        let mut bodies = Vec::new();
-        let mut quiet = 0;
-        while quiet < 10 {
-            match consumer.poll(Duration::from_millis(200)) {
-                Some(Ok(m)) => {
-                    quiet = 0;
-                    bodies.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into());
-                }
-                _ => quiet += 1,
-            }
-        }
-        bodies
-    }
-
     async fn start_broker(dir: &std::path::Path) -> ferry_broker::BrokerHandle {
-        ferry_broker::Broker::start(ferry_broker::BrokerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.to_path_buf(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
+        crate::test_support::start_broker(dir, 1).await.0
     }
 
     async fn started(yaml: &str) -> KafkaSink {
-        let mut sink = KafkaSink::build(&crate::config("kafka", yaml)).unwrap();
-        sink.start(&crate::context()).await.unwrap();
+        let mut sink = KafkaSink::build(&config(yaml)).unwrap();
+        sink.start(&context()).await.unwrap();
         sink
     }
 
@@ -955,7 +708,8 @@ mod tests {
         let yaml = format!(
             "bootstrap_servers: {bootstrap}\ntopic: out\ndelivery: exactly_once\ntransactional_id: t1"
         );
-        let progress = || read_progress(&bootstrap, "t1", "ferry-sink-progress");
+        let connection = Connection::plaintext(&bootstrap);
+        let progress = || read_progress(&connection, "t1", "ferry-sink-progress");
         let events = numbered(0, 400);
         let seqs: Vec<u64> = (1000..1400).collect();
         let batch = |from: usize, to: usize| SinkBatch {
@@ -1052,7 +806,7 @@ mod tests {
             .unwrap();
         }
         sink.flush().await.unwrap();
-        assert_eq!(sink.deliveries.outstanding.load(Ordering::SeqCst), 0);
+        assert_eq!(sink.producer.as_ref().map(Producer::outstanding), Some(0));
         assert_eq!(committed_bodies(&bootstrap, "out"), names(0, 300));
         broker.shutdown().await;
     }
@@ -1095,8 +849,7 @@ mod tests {
 
     #[test]
     fn bad_options_name_the_closest_value() {
-        let err = KafkaSink::build(&crate::config("kafka", "bootstrap_servers: h:1\nacks: al"))
-            .unwrap_err();
+        let err = KafkaSink::build(&config("bootstrap_servers: h:1\nacks: al")).unwrap_err();
         assert!(err.message.contains("did you mean `all`"), "{err:?}");
         assert_eq!(err.location.map(|l| l.line), Some(2));
     }

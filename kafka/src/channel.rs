@@ -26,26 +26,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_core::{
-    Channel, ChannelError, Checkpoint, ComponentConfig, ConfigError, Event, PutBatch, Registry,
+    Channel, ChannelError, Checkpoint, ComponentConfig, ConfigError, Event, PutBatch,
     TakeTransaction, async_trait,
 };
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Deserialize;
 use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::client::security::TokenContext;
+
+use crate::client::{
+    CALL_TIMEOUT, ClientError, Connection, GroupConsumer, GroupOffset, Role, TransactionalProducer,
+    create_topic, headers,
+};
 
 /// Options of the `kafka` channel.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaChannelConfig {
-    /// `host:port[,host:port]` of the cluster. Required. Flume: `kafka.bootstrap.servers`.
-    pub bootstrap_servers: String,
+    // `bootstrap_servers` and the security options are read by [`Connection::from_config`],
+    // the same for every Kafka component (see `crate::client::security`).
     /// The topic holding the events. Default `flume-channel`. Flume: `kafka.topic`.
     #[serde(default = "default_topic")]
     pub topic: String,
@@ -98,13 +101,6 @@ fn default_partitions() -> i32 {
     1
 }
 
-/// Registers the `kafka` channel type.
-pub fn register(registry: &mut Registry) {
-    registry.register_channel("kafka", |cfg| Ok(Arc::new(KafkaChannel::build(cfg)?)));
-}
-
-/// How long a transactional or commit call may take before the put or take fails.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest checkpoint stored, encoded, as committed offset metadata.
 const MAX_CHECKPOINT: usize = 4000;
 
@@ -112,16 +108,18 @@ const MAX_CHECKPOINT: usize = 4000;
 pub struct KafkaChannel {
     name: String,
     config: KafkaChannelConfig,
+    connection: Connection,
     producer_config: ClientConfig,
     consumer_config: ClientConfig,
-    /// The transactional producer, one transaction at a time.
-    producer: Mutex<Option<FutureProducer>>,
+    /// The transactional producer, one transaction at a time; `None` until initialised, and
+    /// again after a failed put.
+    producer: Mutex<Option<TransactionalProducer>>,
     /// The consumer, held by the open take.
-    consumer: Arc<Mutex<Option<StreamConsumer>>>,
+    consumer: Arc<Mutex<Option<StreamConsumer<TokenContext>>>>,
     /// Prefix of the groups holding sources' checkpoints.
     checkpoint_prefix: String,
     /// A consumer of each source's checkpoint group, for its group metadata.
-    checkpoint_groups: std::sync::Mutex<BTreeMap<String, Arc<BaseConsumer>>>,
+    checkpoint_groups: std::sync::Mutex<BTreeMap<String, Arc<GroupConsumer>>>,
     /// Whether the topic has one partition (seen at start): takes then carry sequences.
     one_partition: std::sync::atomic::AtomicBool,
 }
@@ -137,10 +135,10 @@ impl std::fmt::Debug for KafkaChannel {
 impl KafkaChannel {
     /// Validates the options; connections are made at `start`.
     pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
-        let config: KafkaChannelConfig = cfg.parse()?;
-        if config.bootstrap_servers.trim().is_empty() {
-            return Err(cfg.error_at("bootstrap_servers", "`bootstrap_servers` is empty"));
-        }
+        let (connection, own) = Connection::from_config(cfg, Role::Channel)?;
+        let config: KafkaChannelConfig = own.parse()?;
+        Connection::check_passthrough(cfg, "producer", &config.producer)?;
+        Connection::check_passthrough(cfg, "consumer", &config.consumer)?;
         if config.topic.is_empty() {
             return Err(cfg.error_at("topic", "`topic` is empty"));
         }
@@ -161,29 +159,21 @@ impl KafkaChannel {
             return Err(cfg.error_at("id_prefix", "`id_prefix` is empty"));
         }
         let one_partition = config.partitions == 1;
-        let mut producer_config = ClientConfig::new();
+        let mut producer_config = connection.client_config();
         producer_config
-            .set("bootstrap.servers", &config.bootstrap_servers)
             .set("transactional.id", format!("{prefix}-{}", cfg.name()))
             .set("linger.ms", "5");
         for (key, value) in &config.producer {
             producer_config.set(key, value);
         }
-        let mut consumer_config = ClientConfig::new();
-        consumer_config
-            .set("bootstrap.servers", &config.bootstrap_servers)
-            .set("group.id", &config.group_id)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("isolation.level", "read_committed")
-            .set("enable.partition.eof", "false");
+        let mut consumer_config = connection.consumer_config(&config.group_id);
         for (key, value) in &config.consumer {
             consumer_config.set(key, value);
         }
         Ok(Self {
             name: cfg.name().to_owned(),
             config,
+            connection,
             producer_config,
             consumer_config,
             producer: Mutex::new(None),
@@ -202,20 +192,19 @@ impl KafkaChannel {
     }
 
     /// A consumer of a source's checkpoint group (never subscribed).
-    fn checkpoint_consumer(&self, source: &str) -> Result<BaseConsumer, KafkaError> {
-        ClientConfig::new()
-            .set("bootstrap.servers", &self.config.bootstrap_servers)
-            .set("group.id", format!("{}{source}", self.checkpoint_prefix))
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_committed")
-            .create()
+    fn checkpoint_consumer(&self, source: &str) -> Result<GroupConsumer, ChannelError> {
+        GroupConsumer::new(
+            &self.connection,
+            &format!("{}{source}", self.checkpoint_prefix),
+        )
+        .map_err(|e| e.in_channel(&self.name))
     }
 
     /// A consumer of the channel's topic in `group_id`, starting at the committed offsets.
-    fn new_consumer(&self) -> Result<StreamConsumer, ChannelError> {
-        let consumer: StreamConsumer = self
+    fn new_consumer(&self) -> Result<StreamConsumer<TokenContext>, ChannelError> {
+        let consumer: StreamConsumer<TokenContext> = self
             .consumer_config
-            .create()
+            .create_with_context(self.connection.context())
             .map_err(|e| self.error("creating the consumer", e))?;
         consumer
             .subscribe(&[&self.config.topic])
@@ -224,7 +213,7 @@ impl KafkaChannel {
     }
 
     /// The (cached) consumer of `source`'s checkpoint group.
-    fn checkpoint_group(&self, source: &str) -> Result<Arc<BaseConsumer>, ChannelError> {
+    fn checkpoint_group(&self, source: &str) -> Result<Arc<GroupConsumer>, ChannelError> {
         let mut groups = self
             .checkpoint_groups
             .lock()
@@ -232,33 +221,26 @@ impl KafkaChannel {
         if let Some(group) = groups.get(source) {
             return Ok(Arc::clone(group));
         }
-        let group = Arc::new(
-            self.checkpoint_consumer(source)
-                .map_err(|e| self.error("creating the checkpoint group's consumer", e))?,
-        );
+        let group = Arc::new(self.checkpoint_consumer(source)?);
         groups.insert(source.to_owned(), Arc::clone(&group));
         Ok(group)
     }
 
     /// The transactional producer, initialised on first use (fencing an older instance of this
     /// channel and settling its open transaction).
-    async fn producer(
+    async fn ready_producer<'a>(
         &self,
-        slot: &mut Option<FutureProducer>,
-    ) -> Result<FutureProducer, ChannelError> {
-        if let Some(producer) = slot {
-            return Ok(producer.clone());
+        slot: &'a mut Option<TransactionalProducer>,
+    ) -> Result<&'a mut TransactionalProducer, ChannelError> {
+        if slot.is_none() {
+            let producer =
+                TransactionalProducer::init(&self.producer_config, self.connection.context())
+                    .await
+                    .map_err(|e| e.in_channel(&self.name))?;
+            *slot = Some(producer);
         }
-        let producer: FutureProducer = self
-            .producer_config
-            .create()
-            .map_err(|e| self.error("creating the transactional producer", e))?;
-        let p = producer.clone();
-        blocking(move || p.init_transactions(CALL_TIMEOUT))
-            .await
-            .map_err(|e| self.error("initialising the transactional producer", e))?;
-        *slot = Some(producer.clone());
-        Ok(producer)
+        slot.as_mut()
+            .ok_or_else(|| self.error("the transactional producer", "not initialised"))
     }
 
     async fn put_once(&self, batch: &PutBatch) -> Result<(), ChannelError> {
@@ -280,85 +262,45 @@ impl KafkaChannel {
             None => None,
         };
         let mut slot = self.producer.lock().await;
-        let producer = self.producer(&mut slot).await?;
-        let result = self.transaction(&producer, batch, checkpoint).await;
-        if result.is_err() {
+        let producer = self.ready_producer(&mut slot).await?;
+        let result = self.transaction(producer, batch, checkpoint).await;
+        if result.is_err()
+            && let Some(producer) = slot.take()
+        {
             // A new producer settles whatever state the transaction is in.
-            let p = producer.clone();
-            let _ = blocking(move || p.abort_transaction(CALL_TIMEOUT)).await;
-            *slot = None;
+            producer.abort().await;
         }
         result
     }
 
     async fn transaction(
         &self,
-        producer: &FutureProducer,
+        producer: &mut TransactionalProducer,
         batch: &PutBatch,
         checkpoint: Option<String>,
     ) -> Result<(), ChannelError> {
-        producer
-            .begin_transaction()
-            .map_err(|e| self.error("beginning a transaction", e))?;
-        let mut deliveries = Vec::with_capacity(batch.events.len());
+        let in_channel = |e: ClientError| e.in_channel(&self.name);
+        producer.begin().map_err(in_channel)?;
         for event in &batch.events {
-            let mut record =
-                FutureRecord::<[u8], [u8]>::to(&self.config.topic).payload(&event.body[..]);
+            let mut record = producer
+                .producer()
+                .record(&self.config.topic)
+                .payload(&event.body[..]);
             if self.config.parse_as_flume_event && !event.headers.is_empty() {
-                let mut headers = OwnedHeaders::new_with_capacity(event.headers.len());
-                for (key, value) in &event.headers {
-                    headers = headers.insert(Header {
-                        key,
-                        value: Some(value.as_bytes()),
-                    });
-                }
-                record = record.headers(headers);
+                record = record.headers(headers::record_headers(event));
             }
-            loop {
-                match producer.send_result(record) {
-                    Ok(delivery) => {
-                        deliveries.push(delivery);
-                        break;
-                    }
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        record = back;
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                    Err((e, _)) => return Err(self.error("queueing a record", e)),
-                }
-            }
+            producer.producer().send(record).await.map_err(in_channel)?;
         }
-        // Every record acknowledged before the commit: its flush then has nothing to wait
-        // for (rust-rdkafka's flush loop polls in 100 ms steps).
-        for delivery in deliveries {
-            match delivery.await {
-                Ok(Ok(_)) => {}
-                Ok(Err((e, _))) => return Err(self.error("a record of the put", e)),
-                Err(_) => return Err(self.error("a record of the put", "cancelled")),
-            }
-        }
-        let p = producer.clone();
-        let topic = self.config.topic.clone();
-        let group = match checkpoint {
-            Some(_) => Some(self.checkpoint_group(&batch.source)?),
+        let offset = match checkpoint {
+            Some(metadata) => Some(GroupOffset {
+                group: self.checkpoint_group(&batch.source)?,
+                topic: self.config.topic.clone(),
+                offset: 0,
+                metadata,
+            }),
             None => None,
         };
-        blocking(move || {
-            if let (Some(group), Some(metadata)) = (group, checkpoint) {
-                let group_metadata = group.group_metadata().ok_or_else(|| {
-                    KafkaError::ClientCreation("no group metadata for a checkpoint group".into())
-                })?;
-                let mut offsets = TopicPartitionList::new();
-                let mut entry = offsets.add_partition(&topic, 0);
-                entry.set_offset(Offset::Offset(0))?;
-                entry.set_metadata(metadata);
-                p.send_offsets_to_transaction(&offsets, &group_metadata, CALL_TIMEOUT)?;
-            }
-            p.commit_transaction(CALL_TIMEOUT)
-        })
-        .await
-        .map_err(|e| self.error("committing the put's transaction", e))?;
-        Ok(())
+        producer.commit(offset).await.map_err(in_channel)
     }
 }
 
@@ -388,15 +330,6 @@ fn decode_checkpoint(metadata: &str) -> Option<Checkpoint> {
     bytes.map(Checkpoint::new)
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, KafkaError> + Send + 'static,
-) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
-}
-
 #[async_trait]
 impl Channel for KafkaChannel {
     fn name(&self) -> &str {
@@ -404,30 +337,9 @@ impl Channel for KafkaChannel {
     }
 
     async fn start(&self) -> Result<(), ChannelError> {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &self.config.bootstrap_servers)
-            .create()
-            .map_err(|e| self.error("creating an admin client", e))?;
-        let topic = NewTopic::new(
-            &self.config.topic,
-            self.config.partitions,
-            TopicReplication::Fixed(-1),
-        );
-        let options = AdminOptions::new().request_timeout(Some(CALL_TIMEOUT));
-        match admin.create_topics([&topic], &options).await {
-            Ok(results) => {
-                for result in results {
-                    match result {
-                        Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                        Err((_, code)) => {
-                            return Err(self.error(
-                                &format!("creating the topic {}", self.config.topic),
-                                code,
-                            ));
-                        }
-                    }
-                }
-            }
+        match create_topic(&self.connection, &self.config.topic, self.config.partitions).await {
+            Ok(()) => {}
+            Err(e @ ClientError::Refused { .. }) => return Err(e.in_channel(&self.name)),
             // The cluster may be down now; puts and takes retry later.
             Err(e) => {
                 tracing::warn!(channel = %self.name, error = %e, "cannot check the channel's topic")
@@ -458,7 +370,7 @@ impl Channel for KafkaChannel {
         // transaction, whose staged checkpoint would otherwise keep the sources' checkpoint
         // reads waiting (UNSTABLE_OFFSET_COMMIT) until the transaction timed out.
         let mut slot = self.producer.lock().await;
-        if let Err(e) = self.producer(&mut slot).await {
+        if let Err(e) = self.ready_producer(&mut slot).await {
             tracing::warn!(channel = %self.name, error = %e, "cannot initialise the transactional producer yet; puts will retry");
         }
         Ok(())
@@ -514,22 +426,10 @@ impl Channel for KafkaChannel {
                     return Err(self.error("reading the channel's topic", e));
                 }
             };
-            let mut event =
-                Event::from_body(message.payload().map(<[u8]>::to_vec).unwrap_or_default());
-            if self.config.parse_as_flume_event
-                && let Some(headers) = message.headers()
-            {
-                for header in headers.iter() {
-                    let value = header
-                        .value
-                        .map(String::from_utf8_lossy)
-                        .unwrap_or_default();
-                    event
-                        .headers
-                        .insert(header.key.to_owned(), value.into_owned());
-                }
-            }
-            events.push(event);
+            events.push(headers::event_of(
+                &message,
+                self.config.parse_as_flume_event,
+            ));
             offsets.push((message.partition(), message.offset()));
             if events.len() == 1 {
                 deadline = tokio::time::Instant::now() + self.config.poll_timeout;
@@ -587,18 +487,10 @@ impl Channel for KafkaChannel {
 
 impl KafkaChannel {
     fn read_checkpoint(&self, source: &str) -> Result<Option<Checkpoint>, ChannelError> {
-        let consumer = self
-            .checkpoint_consumer(source)
-            .map_err(|e| self.error("creating the checkpoint group's consumer", e))?;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.config.topic, 0);
-        let committed = consumer
-            .committed_offsets(tpl, CALL_TIMEOUT)
+        let metadata = self
+            .checkpoint_consumer(source)?
+            .committed_metadata(&self.config.topic, 0)
             .map_err(|e| self.error(&format!("reading the checkpoint of `{source}`"), e))?;
-        let metadata = committed
-            .find_partition(&self.config.topic, 0)
-            .map(|e| e.metadata().to_owned())
-            .unwrap_or_default();
         if metadata.is_empty() {
             return Ok(None);
         }
@@ -619,7 +511,7 @@ struct KafkaTake {
     /// (partition, offset) per event.
     offsets: Vec<(i32, i64)>,
     sequences: Option<Vec<u64>>,
-    guard: Option<OwnedMutexGuard<Option<StreamConsumer>>>,
+    guard: Option<OwnedMutexGuard<Option<StreamConsumer<TokenContext>>>>,
 }
 
 impl KafkaTake {
@@ -741,15 +633,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn puts_carry_the_checkpoint_and_takes_commit_or_roll_back_offsets() {
         let dir = tempfile::tempdir().unwrap();
-        let broker = ferry_broker::Broker::start(ferry_broker::BrokerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().to_path_buf(),
-            group_initial_rebalance_delay_ms: 0,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let yaml = format!("bootstrap_servers: {}\ntopic: ch", broker.local_addr());
+        let (broker, bootstrap) = crate::test_support::start_broker(dir.path(), 1).await;
+        let yaml = format!("bootstrap_servers: {bootstrap}\ntopic: ch");
         let channel = KafkaChannel::build(&config(&yaml)).unwrap();
         channel.start().await.unwrap();
         assert_eq!(channel.load_checkpoint("src").unwrap(), None);

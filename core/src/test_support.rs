@@ -1,13 +1,22 @@
-//! A tiny channel for driving sources in unit tests: a `Vec` behind a mutex, with a capacity
-//! (to exercise the full case), a switch to fail puts, and the last checkpoint it was given.
+//! Helpers for testing sources (feature `test-support`): a tiny channel, a `Vec` behind a
+//! mutex, with a capacity (to exercise the full case), a switch to fail puts, and the last
+//! checkpoint it was given; a source context writing into it; options parsed from YAML.
+//!
+//! ```
+//! use ferry_core::test_support::{TestChannel, config, context};
+//! let channel = TestChannel::new(100, 10);
+//! let (ctx, _shutdown) = context(&channel);
+//! assert_eq!(ctx.name(), "test");
+//! assert_eq!(config("seq", "count: 3").name(), "test");
+//! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferry_core::{
-    Channel, ChannelError, Checkpoint, Event, MemoryCheckpointStore, PutBatch, Shutdown,
-    SourceContext, TakeTransaction, async_trait,
+use crate::{
+    Channel, ChannelError, Checkpoint, CheckpointStore, Event, MemoryCheckpointStore, PutBatch,
+    Shutdown, SourceContext, TakeTransaction, async_trait,
 };
 
 #[derive(Default)]
@@ -17,7 +26,8 @@ struct State {
     batches: usize,
 }
 
-pub(crate) struct TestChannel {
+/// A channel for source tests; see the module docs.
+pub struct TestChannel {
     capacity: usize,
     transaction_capacity: usize,
     durable: bool,
@@ -26,7 +36,11 @@ pub(crate) struct TestChannel {
 }
 
 impl TestChannel {
-    pub(crate) fn new(capacity: usize, transaction_capacity: usize) -> Arc<Self> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn new(capacity: usize, transaction_capacity: usize) -> Arc<Self> {
         Arc::new(Self {
             capacity,
             transaction_capacity,
@@ -38,7 +52,7 @@ impl TestChannel {
 
     /// A channel that is not durable, like the memory channel: the source's checkpoints go
     /// through acknowledgements, which this channel never gives (nothing is ever delivered).
-    pub(crate) fn volatile(capacity: usize, transaction_capacity: usize) -> Arc<Self> {
+    pub fn volatile(capacity: usize, transaction_capacity: usize) -> Arc<Self> {
         Arc::new(Self {
             capacity,
             transaction_capacity,
@@ -49,36 +63,36 @@ impl TestChannel {
     }
 
     /// Makes every later put fail with a storage error (or succeed again).
-    pub(crate) fn fail_puts(&self, fail: bool) {
+    pub fn fail_puts(&self, fail: bool) {
         self.fail.store(fail, Ordering::SeqCst);
     }
 
-    pub(crate) fn events(&self) -> Vec<Event> {
-        self.state.lock().unwrap().events.clone()
+    pub fn events(&self) -> Vec<Event> {
+        self.state().events.clone()
     }
 
-    pub(crate) fn bodies(&self) -> Vec<String> {
+    pub fn bodies(&self) -> Vec<String> {
         self.events()
             .iter()
             .map(|e| String::from_utf8_lossy(&e.body).into_owned())
             .collect()
     }
 
-    pub(crate) fn checkpoint(&self) -> Option<Checkpoint> {
-        self.state.lock().unwrap().checkpoint.clone()
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        self.state().checkpoint.clone()
     }
 
-    pub(crate) fn batches(&self) -> usize {
-        self.state.lock().unwrap().batches
+    pub fn batches(&self) -> usize {
+        self.state().batches
     }
 
     /// Removes every event, making room.
-    pub(crate) fn drain(&self) -> Vec<Event> {
-        std::mem::take(&mut self.state.lock().unwrap().events)
+    pub fn drain(&self) -> Vec<Event> {
+        std::mem::take(&mut self.state().events)
     }
 
     /// Waits until the channel holds at least `n` events (at most 10 s).
-    pub(crate) async fn wait_for(&self, n: usize) {
+    pub async fn wait_for(&self, n: usize) {
         for _ in 0..1000 {
             if self.len() >= n {
                 return;
@@ -103,7 +117,7 @@ impl TestChannel {
                 limit: format!("transaction_capacity {}", self.transaction_capacity),
             });
         }
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state();
         if state.events.len() + batch.events.len() > self.capacity {
             return Ok(false);
         }
@@ -161,7 +175,7 @@ impl Channel for TestChannel {
     }
 
     fn len(&self) -> usize {
-        self.state.lock().unwrap().events.len()
+        self.state().events.len()
     }
 
     fn capacity(&self) -> usize {
@@ -169,27 +183,33 @@ impl Channel for TestChannel {
     }
 }
 
-/// A context writing into `channel`, with a fresh shutdown signal and no saved checkpoint.
-pub(crate) fn context(channel: &Arc<TestChannel>) -> (SourceContext, Shutdown) {
+/// A context of source `test` writing into `channel`, with a fresh shutdown signal and no
+/// saved checkpoint.
+pub fn context(channel: &Arc<TestChannel>) -> (SourceContext, Shutdown) {
+    context_with(channel, "test", Arc::new(MemoryCheckpointStore::default()))
+}
+
+/// A context of source `name` writing into `channel`, with a fresh shutdown signal and the
+/// checkpoints of `store`.
+pub fn context_with(
+    channel: &Arc<TestChannel>,
+    name: &str,
+    store: Arc<dyn CheckpointStore>,
+) -> (SourceContext, Shutdown) {
     let shutdown = Shutdown::new();
     let ctx = SourceContext::new(
-        "test",
+        name,
         vec![channel.clone() as Arc<dyn Channel>],
         vec![],
         shutdown.clone(),
-        Arc::new(MemoryCheckpointStore::default()),
+        store,
     )
-    .unwrap();
+    .expect("a source context with one channel");
     (ctx, shutdown)
 }
 
 /// Parses a YAML snippet as the options of a source.
-pub(crate) fn config(type_name: &str, yaml: &str) -> ferry_core::ComponentConfig {
-    ferry_core::ComponentConfig::from_yaml(
-        ferry_core::ComponentKind::Source,
-        "test",
-        type_name,
-        yaml,
-    )
-    .unwrap()
+pub fn config(type_name: &str, yaml: &str) -> crate::ComponentConfig {
+    crate::ComponentConfig::from_yaml(crate::ComponentKind::Source, "test", type_name, yaml)
+        .expect("the test's options are YAML")
 }

@@ -1,0 +1,111 @@
+//! The transactional session the channel's puts and the exactly-once sink share.
+//!
+//! [`TransactionalProducer::init`] creates the producer and initialises its transactions,
+//! which fences an older instance with the same `transactional.id` and settles the
+//! transaction it left open. Then, over and over: [`begin`](TransactionalProducer::begin),
+//! [`send`](Producer::send) records, [`commit`](TransactionalProducer::commit), which waits for
+//! every record, adds a group's offset (its metadata holding the component's progress) with
+//! `send_offsets_to_transaction` and commits: records and progress become visible together or
+//! not at all. After any failure, [`abort`](TransactionalProducer::abort) consumes the session:
+//! the next one is initialised anew, which settles whatever state the transaction was in.
+
+use std::sync::Arc;
+
+use rdkafka::ClientConfig;
+use rdkafka::producer::Producer as _;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::security::TokenContext;
+use super::{CALL_TIMEOUT, ClientError, GroupConsumer, Producer, call_blocking};
+
+/// An offset committed in a transaction: partition 0 of `topic` for `group`, with `metadata`.
+pub(crate) struct GroupOffset {
+    pub(crate) group: Arc<GroupConsumer>,
+    pub(crate) topic: String,
+    pub(crate) offset: i64,
+    pub(crate) metadata: String,
+}
+
+/// A transactional producer and whether a transaction is open.
+pub(crate) struct TransactionalProducer {
+    producer: Producer,
+    open: bool,
+}
+
+impl TransactionalProducer {
+    /// Creates the producer of `client` (which names its `transactional.id`) and initialises
+    /// its transactions.
+    pub(crate) async fn init(
+        client: &ClientConfig,
+        context: TokenContext,
+    ) -> Result<Self, ClientError> {
+        let producer = Producer::new(client, context)?;
+        let p = producer.client().clone();
+        call_blocking("initialising the transactional producer", move || {
+            p.init_transactions(CALL_TIMEOUT)
+        })
+        .await?;
+        Ok(Self {
+            producer,
+            open: false,
+        })
+    }
+
+    /// The producer, to send the transaction's records.
+    pub(crate) fn producer(&self) -> &Producer {
+        &self.producer
+    }
+
+    /// Whether a transaction is open (begun and neither committed nor aborted).
+    pub(crate) fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Begins a transaction unless one is open.
+    pub(crate) fn begin(&mut self) -> Result<(), ClientError> {
+        if !self.open {
+            self.producer
+                .client()
+                .begin_transaction()
+                .map_err(|e| ClientError::kafka("beginning a transaction", e))?;
+            self.open = true;
+        }
+        Ok(())
+    }
+
+    /// Waits for every record of the open transaction, then commits it with `offset`.
+    pub(crate) async fn commit(&mut self, offset: Option<GroupOffset>) -> Result<(), ClientError> {
+        // Waiting for every record here, rather than leaving it to the commit, keeps the
+        // commit's own flush from polling in 100 ms steps (rust-rdkafka's flush loop).
+        self.producer.acknowledged().await?;
+        let producer = self.producer.client().clone();
+        let group_metadata = match &offset {
+            Some(offset) => Some(offset.group.metadata()?),
+            None => None,
+        };
+        call_blocking("committing the transaction", move || {
+            if let (Some(offset), Some(group_metadata)) = (offset, group_metadata) {
+                let mut offsets = TopicPartitionList::new();
+                let mut entry = offsets.add_partition(&offset.topic, 0);
+                entry.set_offset(Offset::Offset(offset.offset))?;
+                entry.set_metadata(offset.metadata);
+                producer.send_offsets_to_transaction(&offsets, &group_metadata, CALL_TIMEOUT)?;
+            }
+            producer.commit_transaction(CALL_TIMEOUT)
+        })
+        .await?;
+        self.open = false;
+        Ok(())
+    }
+
+    /// Aborts the open transaction, if any, and ends the session (see the module docs).
+    pub(crate) async fn abort(self) {
+        if self.open {
+            let producer = self.producer.client().clone();
+            let _ = call_blocking("aborting the transaction", move || {
+                producer.abort_transaction(CALL_TIMEOUT)
+            })
+            .await;
+        }
+    }
+}

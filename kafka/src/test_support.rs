@@ -1,0 +1,61 @@
+//! Helpers for tests against the bundled broker (feature `test-support`, for this workspace's
+//! tests): a broker on port 0, and readers of what a transactional writer committed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use ferry_broker::{Broker, BrokerConfig, BrokerHandle};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::client::{Connection, GroupConsumer};
+
+/// A bundled broker on 127.0.0.1 port 0 keeping its data in `dir`, whose new topics get
+/// `partitions` partitions and whose groups rebalance at once; and its address.
+pub async fn start_broker(dir: &Path, partitions: i32) -> (BrokerHandle, String) {
+    let broker = Broker::start(BrokerConfig {
+        listen: ([127, 0, 0, 1], 0).into(),
+        data_dir: dir.to_path_buf(),
+        num_partitions: partitions,
+        group_initial_rebalance_delay_ms: 0,
+        ..BrokerConfig::default()
+    })
+    .await
+    .expect("the bundled broker starts in a temporary directory");
+    let bootstrap = broker.local_addr().to_string();
+    (broker, bootstrap)
+}
+
+/// Bodies a read_committed consumer finds in partition 0 of `topic`, from its beginning, once
+/// nothing more arrives for 2 s.
+pub fn committed_bodies(bootstrap: &str, topic: &str) -> Vec<String> {
+    let consumer: BaseConsumer = Connection::plaintext(bootstrap)
+        .consumer_config("reader")
+        .create()
+        .expect("a consumer of the test's broker");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("offset Beginning is valid");
+    consumer.assign(&tpl).expect("assigning a partition");
+    let mut bodies = Vec::new();
+    let mut quiet = 0;
+    while quiet < 10 {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                quiet = 0;
+                bodies.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into());
+            }
+            _ => quiet += 1,
+        }
+    }
+    bodies
+}
+
+/// The metadata of `group`'s committed offset of partition 0 of `topic` (empty when none): an
+/// exactly-once sink's progress, a kafka channel's checkpoint of a source.
+pub fn committed_metadata(bootstrap: &str, group: &str, topic: &str) -> String {
+    GroupConsumer::new(&Connection::plaintext(bootstrap), group)
+        .and_then(|consumer| consumer.committed_metadata(topic, 0))
+        .expect("the group's committed offsets")
+}
