@@ -7,7 +7,7 @@
 //!   disk, laid out as Kafka lays it out.
 //! - `groups`: the group coordinator (classic consumer groups) and committed offsets.
 //! - `txn`: the transaction coordinator (producer ids, transactions, transactional offsets).
-//! - `security`: who a request comes from (its principal and host).
+//! - `security`: who a request comes from (its principal and host): TLS, SASL, SCRAM users.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), ferry_broker::BrokerError> {
@@ -25,8 +25,6 @@ mod connection;
 mod dump;
 mod groups;
 mod log;
-// Principals are read by authentication and authorization, which build on this module.
-#[allow(dead_code)]
 mod security;
 mod server;
 mod topic_config;
@@ -34,8 +32,12 @@ mod topics;
 mod txn;
 
 pub use catalog::CatalogError;
-pub use config::BrokerConfig;
+pub use config::{
+    BrokerConfig, ClientAuth, ListenerConfig, Password, SaslMechanism, SecurityProtocol, SslConfig,
+    UserConfig,
+};
 pub use dump::{DumpError, dump_segment_file};
 pub use log::StorageError;
 pub use log::batch::BatchError;
+pub use security::tls::TlsError;
 pub use server::{Broker, BrokerError, BrokerHandle, PartitionInfo, TopicInfo};

@@ -24,10 +24,11 @@ impl Handler for DescribeCluster {
         _: &RequestHeader,
         _: DescribeClusterRequest,
     ) -> Option<DescribeClusterResponse> {
+        let (host, port) = ctx.advertised();
         let broker = DescribeClusterBroker::default()
             .with_broker_id(BrokerId(ctx.node_id))
-            .with_host(ctx.host())
-            .with_port(ctx.port);
+            .with_host(host)
+            .with_port(port);
         Some(
             DescribeClusterResponse::default()
                 .with_cluster_id(ctx.cluster_id())

@@ -25,10 +25,11 @@ const TRANSACTION: i8 = 1;
 fn coordinator(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
     let found = Coordinator::default().with_key(key);
     if key_type == GROUP || key_type == TRANSACTION {
+        let (host, port) = ctx.advertised();
         found
             .with_node_id(BrokerId(ctx.node_id))
-            .with_host(ctx.host())
-            .with_port(ctx.port)
+            .with_host(host)
+            .with_port(port)
     } else {
         found
             .with_node_id(BrokerId(-1))

@@ -82,10 +82,11 @@ impl Handler for Metadata {
                 })
                 .collect(),
         };
+        let (host, port) = ctx.advertised();
         let broker = MetadataResponseBroker::default()
             .with_node_id(BrokerId(ctx.node_id))
-            .with_host(ctx.host())
-            .with_port(ctx.port);
+            .with_host(host)
+            .with_port(port);
         Some(
             MetadataResponse::default()
                 .with_brokers(vec![broker])

@@ -2,6 +2,15 @@
 //! connects from. The connection sets a [`Session`] around every request it serves
 //! ([`SESSION`]); handlers read it through [`session`] (for the group member's host, for
 //! authorization) without it being threaded through every handler's signature.
+//!
+//! - `tls`: TLS listeners and the principal of a client certificate.
+//! - `sasl`: a connection's SASL exchange; `scram`: SCRAM credentials and exchanges;
+//!   `credentials`: the users SASL checks against.
+
+pub(crate) mod credentials;
+pub(crate) mod sasl;
+pub(crate) mod scram;
+pub(crate) mod tls;
 
 use std::fmt;
 use std::sync::Arc;
@@ -32,6 +41,7 @@ impl Principal {
     }
 
     /// Parses `Type:name` (`User:alice`; the name may itself hold colons).
+    #[allow(dead_code)] // for ACLs, which name principals
     pub(crate) fn parse(text: &str) -> Option<Principal> {
         let (kind, name) = text.split_once(':')?;
         (!kind.is_empty() && !name.is_empty()).then(|| Principal {
@@ -55,7 +65,12 @@ pub(crate) struct Session {
     /// The client's address as Kafka shows it in DescribeGroups (`/127.0.0.1`).
     pub(crate) client_host: String,
     /// The client's IP address as ACLs match it (`127.0.0.1`).
+    #[allow(dead_code)] // for ACLs, which match hosts
     pub(crate) ip: String,
+    /// The `host:port` of the listener the connection arrived on, as its clients are to
+    /// reach this broker (Metadata, FindCoordinator, DescribeCluster); `None` outside a
+    /// connection.
+    pub(crate) advertised: Option<(String, i32)>,
 }
 
 impl Session {
@@ -65,6 +80,7 @@ impl Session {
             principal: Principal::anonymous(),
             client_host: format!("/{}", peer.ip()),
             ip: peer.ip().to_string(),
+            advertised: None,
         }
     }
 }
@@ -82,6 +98,7 @@ pub(crate) fn session() -> Arc<Session> {
             principal: Principal::anonymous(),
             client_host: String::new(),
             ip: String::new(),
+            advertised: None,
         })
     })
 }
