@@ -79,6 +79,8 @@ enum Command {
     Groups(tools::groups::GroupsArgs),
     /// Lists transactions and describes one (as kafka-transactions.sh `list` and `describe`).
     Transactions(tools::transactions::TransactionsArgs),
+    /// Adds, deletes and lists SCRAM users (as kafka-configs.sh --entity-type users).
+    Users(tools::users::UsersArgs),
     /// Writes standard input to a topic, a record per line (as kafka-console-producer.sh).
     ConsoleProducer(tools::console::ProducerArgs),
     /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
@@ -108,6 +110,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Topics(args) => tool(tools::topics::run(args)),
         Command::Groups(args) => tool(tools::groups::run(args)),
         Command::Transactions(args) => tool(tools::transactions::run(args)),
+        Command::Users(args) => tool(tools::users::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
         Command::DumpLogSegments {
@@ -192,7 +195,7 @@ fn broker(file: Option<&Path>) -> ExitCode {
     };
     until_stopped(|stop| async move {
         let broker = ferry_broker::Broker::start(config).await?;
-        tracing::info!(listen = %broker.local_addr(), "broker started");
+        tracing::info!(listeners = %runtime::listeners(&broker), "broker started");
         stop.wait().await;
         broker.shutdown().await;
         tracing::info!("broker stopped");
@@ -246,7 +249,7 @@ fn load_broker_config(file: &Path) -> Result<ferry_broker::BrokerConfig, topolog
             format!("invalid YAML: {e}"),
         ))
     })?;
-    topology::parse_section(&node, "broker").map_err(problems)
+    topology::parse_broker_section(&node).map_err(problems)
 }
 
 /// First SIGINT/SIGTERM: fire `stop` (drain and exit 0). Second: exit at once.

@@ -111,7 +111,7 @@ pub(crate) enum ConnectionError {
     #[error("{api:?} version {version} is not served")]
     UnsupportedVersion { api: ApiKey, version: i16 },
     #[error(
-        "SaslHandshake v0 (SASL tokens without Kafka framing) is not served: the client must \
+        "SaslHandshake v0 (SASL tokens without Kafka framing) is not supported: the client must \
          send SaslHandshake v1, as librdkafka, kcat, confluent-kafka, kafka-python and the Java \
          client do"
     )]
@@ -320,9 +320,6 @@ async fn handle(
             // The client sent its newest version; tell it which ones we have.
             return Ok(Some(api::unsupported_version_response(correlation_id)?.into()).into());
         }
-        if route.key == ApiKey::SaslHandshake && version == 0 {
-            return Err(ConnectionError::SaslHandshakeV0);
-        }
         return Err(ConnectionError::UnsupportedVersion {
             api: route.key,
             version,
@@ -338,6 +335,7 @@ async fn handle(
     if let Some(auth) = auth.as_mut().filter(|a| !a.is_authenticated()) {
         match route.key {
             ApiKey::ApiVersions => {}
+            ApiKey::SaslHandshake if version == 0 => return Err(ConnectionError::SaslHandshakeV0),
             ApiKey::SaslHandshake => {
                 let (frame, close) = api::sasl_handshake(auth, &header, buf)?;
                 return Ok(Served {

@@ -39,5 +39,6 @@ pub use config::{
 pub use dump::{DumpError, dump_segment_file};
 pub use log::StorageError;
 pub use log::batch::BatchError;
+pub use security::scram::{SaltError, SaltedPassword, salt_password};
 pub use security::tls::TlsError;
 pub use server::{Broker, BrokerError, BrokerHandle, PartitionInfo, TopicInfo};

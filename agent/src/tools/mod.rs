@@ -1,7 +1,7 @@
 //! Kafka-style command-line tools (`topics`, `groups`, `console-producer`, `console-consumer`,
 //! `transactions`), built on librdkafka so that they work against any Kafka cluster, not only
 //! the bundled broker (`transactions` speaks the protocol itself: librdkafka has no admin call
-//! for it). Flags follow Kafka's own tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
+//! for it; `users` neither, for SCRAM users). Flags follow Kafka's own tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
 //! ...).
 
 use std::time::Duration;
@@ -13,6 +13,7 @@ pub mod console;
 pub mod groups;
 pub mod topics;
 pub mod transactions;
+pub mod users;
 mod wire;
 
 /// How long a tool waits for the cluster to answer one request.

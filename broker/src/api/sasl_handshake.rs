@@ -3,9 +3,10 @@
 //! Authentication belongs to the connection, which serves this API itself on a `sasl_*`
 //! listener before authentication ([`handshake`]). Reached through the routes (a listener
 //! without SASL, or a connection already authenticated), it answers ILLEGAL_SASL_STATE, as
-//! Kafka does. Only v1 is served: after a v0 handshake the tokens would follow without Kafka
-//! framing, which no client of ours sends (librdkafka, kcat, confluent-kafka, kafka-python and
-//! the Java client use v1).
+//! Kafka does. Version 0 is advertised but refused by closing the connection with a log line:
+//! after a v0 handshake the tokens would follow without Kafka framing, which no current client
+//! sends (librdkafka, kcat, confluent-kafka, kafka-python and the Java client use v1), but
+//! librdkafka only takes a broker for a SASL one when ApiVersions lists v0.
 
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ pub(super) struct SaslHandshake;
 
 impl Handler for SaslHandshake {
     const KEY: ApiKey = ApiKey::SaslHandshake;
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 1 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 };
     const SHAPE: &'static super::shape::Shape = &super::shape::SASL_HANDSHAKE;
     type Request = SaslHandshakeRequest;
     type Response = SaslHandshakeResponse;

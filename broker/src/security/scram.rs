@@ -179,6 +179,70 @@ impl ScramCredential {
     }
 }
 
+/// A password salted as AlterUserScramCredentials carries it (KIP-554): what
+/// `kafka-configs.sh --add-config 'SCRAM-SHA-256=[password=...]'` and `agent users --add` send.
+/// The password itself is not in it, and its `Debug` shows neither salt nor salted password.
+#[derive(Clone)]
+pub struct SaltedPassword {
+    /// Kafka's id of the mechanism (1 SCRAM-SHA-256, 2 SCRAM-SHA-512).
+    pub mechanism_type: i8,
+    /// The random salt.
+    pub salt: Vec<u8>,
+    /// PBKDF2 iterations.
+    pub iterations: i32,
+    /// `Hi(password, salt, iterations)`.
+    pub salted_password: Vec<u8>,
+}
+
+impl fmt::Debug for SaltedPassword {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SaltedPassword")
+            .field("mechanism_type", &self.mechanism_type)
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a password cannot be salted.
+#[derive(Debug, thiserror::Error)]
+pub enum SaltError {
+    /// Only the SCRAM mechanisms keep credentials.
+    #[error("{0} is not a SCRAM mechanism: use SCRAM-SHA-256 or SCRAM-SHA-512")]
+    NotScram(crate::config::SaslMechanism),
+    /// Iterations outside what brokers accept.
+    #[error("{0} iterations: SCRAM needs {MIN_ITERATIONS} to {MAX_ITERATIONS}")]
+    Iterations(i32),
+    /// No randomness for the salt.
+    #[error("no randomness for the salt: {0}")]
+    Random(String),
+}
+
+/// Salts `password` for `mechanism` with a fresh random salt.
+pub fn salt_password(
+    mechanism: crate::config::SaslMechanism,
+    password: &str,
+    iterations: i32,
+) -> Result<SaltedPassword, SaltError> {
+    use crate::config::SaslMechanism;
+    let scram = match mechanism {
+        SaslMechanism::ScramSha256 => ScramMechanism::Sha256,
+        SaslMechanism::ScramSha512 => ScramMechanism::Sha512,
+        SaslMechanism::Plain => return Err(SaltError::NotScram(mechanism)),
+    };
+    if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+        return Err(SaltError::Iterations(iterations));
+    }
+    let mut salt = vec![0u8; 32];
+    getrandom::fill(&mut salt).map_err(|e| SaltError::Random(e.to_string()))?;
+    let salted_password = scram.salted_password(password.as_bytes(), &salt, iterations as u32);
+    Ok(SaltedPassword {
+        mechanism_type: scram.kafka_type(),
+        salt,
+        iterations,
+        salted_password,
+    })
+}
+
 /// Why an exchange failed. The client is only told that authentication failed; this is for
 /// the broker's log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -194,7 +258,7 @@ pub(crate) enum ScramError {
     UnknownUser(String),
     #[error("authorization id `{authzid}` differs from user `{user}`")]
     Authzid { authzid: String, user: String },
-    #[error("the client-final nonce differs from the server-first one")]
+    #[error("the client-final nonce does not end with the server-first one")]
     Nonce,
     #[error("wrong password for user `{0}`")]
     Proof(String),
@@ -404,7 +468,11 @@ impl ScramServer {
             .next()
             .and_then(|a| a.strip_prefix("r="))
             .ok_or_else(|| malformed(M, "no r= nonce"))?;
-        if their_nonce != nonce {
+        // Kafka checks that the nonce ends with the server-first one, not that it equals it,
+        // and librdkafka up to 2.x (kcat) depends on it: it repeats its own nonce before the
+        // combined one. The proof covers the message as sent, so the server's fresh nonce
+        // still guards against replays.
+        if !their_nonce.ends_with(&nonce) {
             return Err(ScramError::Nonce);
         }
         let proof = BASE64
@@ -446,8 +514,19 @@ pub(crate) mod tests {
         client_first_bare: &str,
         server_first: &str,
     ) -> String {
+        client_final_with_nonce_prefix(mechanism, password, client_first_bare, server_first, "")
+    }
+
+    /// A client-final whose nonce has `prefix` before the combined one (librdkafka 2.x).
+    fn client_final_with_nonce_prefix(
+        mechanism: ScramMechanism,
+        password: &str,
+        client_first_bare: &str,
+        server_first: &str,
+        prefix: &str,
+    ) -> String {
         let fields: Vec<&str> = server_first.split(',').collect();
-        let nonce = &fields[0][2..];
+        let nonce = format!("{prefix}{}", &fields[0][2..]);
         let salt = BASE64.decode(&fields[1][2..]).unwrap();
         let iterations: u32 = fields[2][2..].parse().unwrap();
         let salted = mechanism.salted_password(password.as_bytes(), &salt, iterations);
@@ -524,6 +603,37 @@ pub(crate) mod tests {
             let right = client_final(mechanism, "right", bare, &String::from_utf8(first).unwrap());
             assert_eq!(server.client_final(right.as_bytes()).unwrap().0, "alice");
         }
+    }
+
+    /// librdkafka up to 2.x sends its nonce, then the combined one; Kafka accepts it.
+    #[test]
+    fn client_final_nonce_may_repeat_the_client_nonce_before_the_combined_one() {
+        let credential =
+            ScramCredential::from_password(ScramMechanism::Sha256, "pw", 4096).unwrap();
+        let mut server = ScramServer::new(ScramMechanism::Sha256);
+        let bare = "n=alice,r=cnonce";
+        let first = server
+            .client_first(format!("n,,{bare}").as_bytes(), |_| {
+                Some(credential.clone())
+            })
+            .unwrap();
+        let first = String::from_utf8(first).unwrap();
+        let last =
+            client_final_with_nonce_prefix(ScramMechanism::Sha256, "pw", bare, &first, "cnonce");
+        assert_eq!(server.client_final(last.as_bytes()).unwrap().0, "alice");
+        // A nonce that does not end with the server's is refused.
+        let mut server = ScramServer::new(ScramMechanism::Sha256);
+        server
+            .client_first_with_nonce(
+                format!("n,,{bare}").as_bytes(),
+                |_| Some(credential.clone()),
+                "SRV",
+            )
+            .unwrap();
+        assert_eq!(
+            server.client_final(b"c=biws,r=cnonceSRVx,p=AAAA"),
+            Err(ScramError::Nonce)
+        );
     }
 
     #[test]
