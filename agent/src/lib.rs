@@ -82,6 +82,8 @@ enum Command {
     Transactions(tools::transactions::TransactionsArgs),
     /// Adds, removes and lists ACLs (as kafka-acls.sh).
     Acls(tools::acls::AclsArgs),
+    /// Adds, deletes and lists SCRAM users (as kafka-configs.sh --entity-type users).
+    Users(tools::users::UsersArgs),
     /// Writes standard input to a topic, a record per line (as kafka-console-producer.sh).
     ConsoleProducer(tools::console::ProducerArgs),
     /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
@@ -112,6 +114,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Groups(args) => tool(tools::groups::run(args)),
         Command::Transactions(args) => tool(tools::transactions::run(args)),
         Command::Acls(args) => tool(tools::acls::run(args)),
+        Command::Users(args) => tool(tools::users::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
         Command::DumpLogSegments {
@@ -196,7 +199,7 @@ fn broker(file: Option<&Path>) -> ExitCode {
     };
     until_stopped(|stop| async move {
         let broker = ferry_broker::Broker::start(config).await?;
-        tracing::info!(listen = %broker.local_addr(), "broker started");
+        tracing::info!(listeners = %runtime::listeners(&broker), "broker started");
         stop.wait().await;
         broker.shutdown().await;
         tracing::info!("broker stopped");
@@ -250,7 +253,7 @@ fn load_broker_config(file: &Path) -> Result<ferry_broker::BrokerConfig, topolog
             format!("invalid YAML: {e}"),
         ))
     })?;
-    topology::parse_section(&node, "broker").map_err(problems)
+    topology::parse_broker_section(&node).map_err(problems)
 }
 
 /// First SIGINT/SIGTERM: fire `stop` (drain and exit 0). Second: exit at once.

@@ -48,7 +48,7 @@ pub async fn run(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
             let broker = Broker::start(config)
                 .await
                 .context("starting the bundled broker")?;
-            info!(listen = %broker.local_addr(), "bundled broker started");
+            info!(listeners = %listeners(&broker), "bundled broker started");
             Some(broker)
         }
         None => None,
@@ -64,6 +64,17 @@ pub async fn run(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
         info!("bundled broker stopped");
     }
     result
+}
+
+/// Every listener of `broker` as `NAME=address`, comma-separated, for the log line that says
+/// it started (tests find the ports of listeners on port 0 there).
+pub fn listeners(broker: &ferry_broker::BrokerHandle) -> String {
+    broker
+        .listener_addrs()
+        .iter()
+        .map(|(name, addr)| format!("{name}={addr}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Runs the sources, channels and sinks until `stop` fires or every source ends.

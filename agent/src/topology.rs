@@ -334,7 +334,7 @@ impl Builder<'_> {
             }
         }
         if let Some(broker) = root.get_node("broker") {
-            match parse_section::<BrokerConfig>(broker, "broker") {
+            match parse_broker_section(broker) {
                 Ok(settings) => topology.broker = Some(settings),
                 Err(error) => self.errors.push(error),
             }
@@ -761,6 +761,31 @@ pub fn parse_section<T: serde::de::DeserializeOwned>(
             component: Some(format!("section `{section}`")),
             ..error
         })
+}
+
+/// Parses the broker's settings (a pipeline's `broker:` section, or an `agent broker
+/// --config` file), refusing the one-listener shorthand (`listen`, `advertised_listener`)
+/// next to `listeners`.
+pub fn parse_broker_section(node: &Node) -> Result<BrokerConfig, ConfigError> {
+    if let Some(mapping) = node.as_mapping()
+        && mapping.get_node("listeners").is_some()
+    {
+        for shorthand in ["listen", "advertised_listener"] {
+            if let Some(key) = mapping.keys().find(|k| k.as_str() == shorthand) {
+                return Err(ConfigError {
+                    component: Some("section `broker`".into()),
+                    ..ConfigError::new(
+                        key_location(key),
+                        format!(
+                            "`{shorthand}` and `listeners` cannot be given together: put the \
+                             address in `listeners` as a plaintext listener"
+                        ),
+                    )
+                });
+            }
+        }
+    }
+    parse_section::<BrokerConfig>(node, "broker")
 }
 
 /// Keys of a component entry that the runtime handles, not the component.

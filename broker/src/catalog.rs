@@ -10,6 +10,7 @@
 //! | `transactions` | transactional id, producer id and epoch, the previous ones, timeout, state, start and last update time (ms) | at every state change of the transaction coordinator, before answering |
 //! | `txn_partitions` | transactional id, topic, partition | with its transaction: the partitions of the open transaction |
 //! | `txn_groups` | transactional id, group | with its transaction: the groups of AddOffsetsToTxn |
+//! | `scram_credentials` | user, mechanism, salt, iterations, stored key, server key (never a password) | by AlterUserScramCredentials |
 //! | `txn_pending_offsets` | transactional id, group, topic, partition, offset, leader epoch, metadata, commit time (ms) | by TxnOffsetCommit; moved into `group_offsets` (commit) or deleted (abort) in the transaction that records the outcome |
 //! | `acls` | resource type, name and pattern type, principal, host, operation, permission type (Kafka's protocol codes) | by CreateAcls and DeleteAcls, one transaction per request; the config's `acls` at start |
 //!
@@ -24,6 +25,7 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
+use crate::security::scram::{ScramCredential, ScramMechanism};
 use crate::security::{AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType};
 
 /// A metadata database failure.
@@ -188,6 +190,8 @@ impl Catalog {
         conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;")
             .map_err(err("configure"))?;
         conn.execute_batch(SCHEMA)
+            .map_err(err("create the schema"))?;
+        conn.execute_batch(SCRAM_SCHEMA)
             .map_err(err("create the schema"))?;
         Ok(Catalog {
             path,
@@ -747,4 +751,106 @@ fn save_transaction(
         groups.execute(params![txn.transactional_id, group])?;
     }
     Ok(())
+}
+
+/// Salted SCRAM credentials (KIP-554): what SCRAM and PLAIN authenticate against.
+const SCRAM_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS scram_credentials (
+    user TEXT NOT NULL,
+    mechanism TEXT NOT NULL,
+    salt BLOB NOT NULL,
+    iterations INTEGER NOT NULL,
+    stored_key BLOB NOT NULL,
+    server_key BLOB NOT NULL,
+    PRIMARY KEY (user, mechanism)
+);
+";
+
+impl Catalog {
+    /// The stored SCRAM credential of `user` for `mechanism`.
+    pub(crate) fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+    ) -> Result<Option<ScramCredential>, CatalogError> {
+        self.with("read a SCRAM credential", |conn| {
+            conn.query_row(
+                "SELECT salt, iterations, stored_key, server_key FROM scram_credentials
+                 WHERE user = ?1 AND mechanism = ?2",
+                params![user, mechanism.name()],
+                |r| {
+                    Ok(ScramCredential {
+                        mechanism,
+                        salt: r.get(0)?,
+                        iterations: r.get(1)?,
+                        stored_key: r.get(2)?,
+                        server_key: r.get(3)?,
+                    })
+                },
+            )
+            .optional()
+        })
+    }
+
+    /// Every stored user with the mechanisms and iterations of its credentials, by user.
+    pub(crate) fn scram_users(
+        &self,
+    ) -> Result<BTreeMap<String, Vec<(ScramMechanism, i32)>>, CatalogError> {
+        self.with("read SCRAM credentials", |conn| {
+            let mut statement = conn.prepare(
+                "SELECT user, mechanism, iterations FROM scram_credentials ORDER BY user, mechanism",
+            )?;
+            let rows = statement.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i32>(2)?,
+                ))
+            })?;
+            let mut users: BTreeMap<String, Vec<(ScramMechanism, i32)>> = BTreeMap::new();
+            for row in rows {
+                let (user, mechanism, iterations) = row?;
+                if let Some(mechanism) = ScramMechanism::from_name(&mechanism) {
+                    users.entry(user).or_default().push((mechanism, iterations));
+                }
+            }
+            Ok(users)
+        })
+    }
+
+    /// Applies one AlterUserScramCredentials request: `deletions` then `upsertions`, in one
+    /// transaction.
+    pub(crate) fn alter_scram_credentials(
+        &self,
+        deletions: &[(String, ScramMechanism)],
+        upsertions: &[(String, ScramCredential)],
+    ) -> Result<(), CatalogError> {
+        self.with("store SCRAM credentials", |conn| {
+            let tx = conn.transaction()?;
+            for (user, mechanism) in deletions {
+                tx.execute(
+                    "DELETE FROM scram_credentials WHERE user = ?1 AND mechanism = ?2",
+                    params![user, mechanism.name()],
+                )?;
+            }
+            for (user, c) in upsertions {
+                tx.execute(
+                    "INSERT INTO scram_credentials
+                     (user, mechanism, salt, iterations, stored_key, server_key)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (user, mechanism) DO UPDATE SET salt = ?3, iterations = ?4,
+                     stored_key = ?5, server_key = ?6",
+                    params![
+                        user,
+                        c.mechanism.name(),
+                        c.salt,
+                        c.iterations,
+                        c.stored_key,
+                        c.server_key
+                    ],
+                )?;
+            }
+            tx.commit()
+        })
+    }
 }

@@ -1,10 +1,11 @@
 //! Broker settings. Each field maps to the Apache Kafka broker property named in its doc, with
 //! Kafka's default; `log_*` settings are the broker-wide defaults that topic configs override.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use crate::security::AclBinding;
 
@@ -12,12 +13,22 @@ use crate::security::AclBinding;
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BrokerConfig {
-    /// Address to listen on (Kafka `listeners`). Default `127.0.0.1:9092`; port 0 picks a free
-    /// port, see [`crate::BrokerHandle::local_addr`].
+    /// Address of the one plaintext listener, when `listeners` is not given (shorthand for
+    /// Kafka `listeners=PLAINTEXT://...`). Default `127.0.0.1:9092`; port 0 picks a free port,
+    /// see [`crate::BrokerHandle::local_addr`].
     pub listen: SocketAddr,
-    /// `host:port` given to clients in metadata (Kafka `advertised.listeners`). Default: the
-    /// bound listen address.
+    /// `host:port` given to clients in metadata for the `listen` listener (Kafka
+    /// `advertised.listeners`). Default: the bound listen address.
     pub advertised_listener: Option<String>,
+    /// The listeners, each with its own address and security protocol (Kafka `listeners`,
+    /// `listener.security.protocol.map`, `advertised.listeners`). Default: none, and the one
+    /// plaintext listener of `listen`; the two cannot be given together.
+    pub listeners: Vec<ListenerConfig>,
+    /// Users that SASL listeners accept, each turned into salted SCRAM credentials (SHA-256
+    /// and SHA-512, 4096 iterations) at start; the plain text is not kept. Write the password
+    /// as `${ENV_VAR}`. Users added with AlterUserScramCredentials (`agent users`) are stored
+    /// in the metadata database besides these. Default: none.
+    pub users: Vec<UserConfig>,
     /// Directory holding the partition logs and the metadata database (Kafka `log.dirs`).
     /// Default `./var/broker`.
     pub data_dir: PathBuf,
@@ -114,6 +125,8 @@ impl Default for BrokerConfig {
         BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             advertised_listener: None,
+            listeners: Vec::new(),
+            users: Vec::new(),
             data_dir: PathBuf::from("./var/broker"),
             node_id: 0,
             num_partitions: 1,
@@ -143,6 +156,283 @@ impl Default for BrokerConfig {
             super_users: Vec::new(),
             acls: Vec::new(),
         }
+    }
+}
+
+/// One listener: where it binds and how its clients authenticate.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// The listener name of Kafka's `listeners` (`SASL_SSL://...`). Default: the security
+    /// protocol's name in upper case; two listeners of one protocol need names.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `ip:port` to bind; port 0 picks a free port.
+    pub address: SocketAddr,
+    /// `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl` (Kafka's upper-case names too; Kafka
+    /// `listener.security.protocol.map`). Default `plaintext`.
+    #[serde(default)]
+    pub security_protocol: SecurityProtocol,
+    /// `host:port` that Metadata, FindCoordinator and DescribeCluster give clients of this
+    /// listener (Kafka `advertised.listeners`). Default: the bound address.
+    #[serde(default)]
+    pub advertised: Option<String>,
+    /// Certificate, key and client authentication: required on `ssl` and `sasl_ssl`.
+    #[serde(default)]
+    pub ssl: Option<SslConfig>,
+    /// SASL mechanisms enabled on a `sasl_*` listener (Kafka
+    /// `sasl.enabled.mechanisms`). Default `[PLAIN, SCRAM-SHA-256, SCRAM-SHA-512]`.
+    #[serde(default)]
+    pub sasl_mechanisms: Option<Vec<SaslMechanism>>,
+}
+
+impl ListenerConfig {
+    /// A plaintext listener on `address`.
+    pub fn plaintext(address: SocketAddr) -> ListenerConfig {
+        ListenerConfig {
+            name: None,
+            address,
+            security_protocol: SecurityProtocol::Plaintext,
+            advertised: None,
+            ssl: None,
+            sasl_mechanisms: None,
+        }
+    }
+
+    /// The listener's name: given, or that of its protocol.
+    pub fn name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| self.security_protocol.kafka_name().to_owned())
+    }
+
+    /// The SASL mechanisms enabled on it (none on a listener without SASL).
+    pub fn mechanisms(&self) -> Vec<SaslMechanism> {
+        if !self.security_protocol.sasl() {
+            return Vec::new();
+        }
+        self.sasl_mechanisms.clone().unwrap_or_else(|| {
+            vec![
+                SaslMechanism::Plain,
+                SaslMechanism::ScramSha256,
+                SaslMechanism::ScramSha512,
+            ]
+        })
+    }
+}
+
+/// How a listener's clients connect (Kafka's `SecurityProtocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SecurityProtocol {
+    /// Plain TCP, no authentication: every client is `User:ANONYMOUS`.
+    #[default]
+    Plaintext,
+    /// TLS; a client certificate, when asked for and given, names the principal.
+    Ssl,
+    /// SASL authentication over plain TCP.
+    SaslPlaintext,
+    /// SASL authentication over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    const ALL: [SecurityProtocol; 4] = [
+        SecurityProtocol::Plaintext,
+        SecurityProtocol::Ssl,
+        SecurityProtocol::SaslPlaintext,
+        SecurityProtocol::SaslSsl,
+    ];
+
+    /// Kafka's name: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`.
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    /// Whether connections are TLS.
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether clients authenticate with SASL.
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+impl<'de> Deserialize<'de> for SecurityProtocol {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        SecurityProtocol::ALL
+            .into_iter()
+            .find(|p| p.kafka_name().eq_ignore_ascii_case(&text))
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "unknown security_protocol `{text}`, expected one of plaintext, ssl, \
+                     sasl_plaintext, sasl_ssl"
+                ))
+            })
+    }
+}
+
+/// TLS settings of a listener.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SslConfig {
+    /// PEM file with the server certificate, then its intermediates (Kafka
+    /// `ssl.keystore.location`, as PEM).
+    pub certificate: PathBuf,
+    /// PEM file with the private key of the certificate: PKCS#8, RSA or EC (Kafka
+    /// `ssl.key.password`/keystore, as PEM).
+    pub key: PathBuf,
+    /// Whether clients must present a certificate signed by `ca` (Kafka `ssl.client.auth`):
+    /// `none`, `requested` or `required`. Default `none`.
+    #[serde(default)]
+    pub client_auth: ClientAuth,
+    /// PEM bundle of the CAs that sign client certificates (Kafka `ssl.truststore.location`);
+    /// required unless `client_auth` is `none`.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+}
+
+/// Kafka's `ssl.client.auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// No client certificate is asked for.
+    #[default]
+    None,
+    /// A certificate is asked for; a client without one connects as `User:ANONYMOUS`.
+    Requested,
+    /// A client without a valid certificate is refused.
+    Required,
+}
+
+/// A SASL mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SaslMechanism {
+    /// RFC 4616: the password in the clear (use over TLS only), checked against the user's
+    /// SCRAM credentials.
+    Plain,
+    /// RFC 7677 SCRAM with SHA-256.
+    ScramSha256,
+    /// SCRAM with SHA-512.
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// Every mechanism served.
+    pub const ALL: [SaslMechanism; 3] = [
+        SaslMechanism::Plain,
+        SaslMechanism::ScramSha256,
+        SaslMechanism::ScramSha512,
+    ];
+
+    /// The IANA name, as clients send it: `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+
+    /// The mechanism of an IANA name (case-insensitive).
+    pub fn from_name(name: &str) -> Option<SaslMechanism> {
+        SaslMechanism::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(name))
+    }
+}
+
+impl fmt::Display for SaslMechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for SaslMechanism {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        SaslMechanism::from_name(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown SASL mechanism `{text}`, expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+            ))
+        })
+    }
+}
+
+/// A user of the SASL listeners, defined in the configuration.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    /// The user name; the principal is `User:<name>`.
+    pub name: String,
+    /// The password, normally `${ENV_VAR}`.
+    pub password: Password,
+}
+
+/// A secret read from the configuration: `${NAME}` is replaced by the environment variable
+/// `NAME` (an unset one is a configuration error), anything else is taken as written. Its
+/// `Debug` never shows it, so a printed config does not either.
+#[derive(Clone, PartialEq)]
+pub struct Password(String);
+
+impl Password {
+    /// A password given in code (tests, embedding programs).
+    pub fn new(text: impl Into<String>) -> Password {
+        Password(text.into())
+    }
+
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Replaces every `${NAME}` in `text` by `lookup(NAME)`, the environment variable.
+    fn substitute(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let Some(end) = after.find('}') else {
+                return Err("`${` without a closing `}`".into());
+            };
+            let name = &after[..end];
+            if name.is_empty() {
+                return Err("`${}` names no environment variable".into());
+            }
+            match lookup(name) {
+                Some(value) => out.push_str(&value),
+                None => return Err(format!("environment variable `{name}` is not set")),
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(<redacted>)")
+    }
+}
+
+impl<'de> Deserialize<'de> for Password {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Password::substitute(&text, |name| std::env::var(name).ok())
+            .map(Password)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -198,5 +488,63 @@ mod tests {
         assert_eq!(second.pattern_type, PatternType::Literal);
         assert_eq!(second.permission_type, AclPermissionType::Deny);
         assert!(BrokerConfig::default().allow_everyone_if_no_acl_found);
+    }
+
+    #[test]
+    fn reads_listeners_with_kafka_protocol_names_and_defaults() {
+        let config: BrokerConfig = serde_json::from_str(
+            r#"{"listeners": [
+                {"address": "127.0.0.1:0"},
+                {"name": "EXTERNAL", "address": "0.0.0.0:9094", "security_protocol": "SASL_SSL",
+                 "advertised": "broker.example:9094",
+                 "ssl": {"certificate": "c.pem", "key": "k.pem", "client_auth": "required", "ca": "ca.pem"}},
+                {"address": "127.0.0.1:0", "security_protocol": "sasl_plaintext", "sasl_mechanisms": ["SCRAM-SHA-512"]}
+            ]}"#,
+        )
+        .unwrap();
+        let [plain, external, sasl] = &config.listeners[..] else {
+            panic!("three listeners")
+        };
+        assert_eq!(plain.name(), "PLAINTEXT");
+        assert!(plain.mechanisms().is_empty());
+        assert_eq!(external.name(), "EXTERNAL");
+        assert_eq!(external.security_protocol, SecurityProtocol::SaslSsl);
+        assert_eq!(external.mechanisms(), SaslMechanism::ALL.to_vec());
+        let ssl = external.ssl.as_ref().unwrap();
+        assert_eq!(ssl.client_auth, ClientAuth::Required);
+        assert_eq!(sasl.name(), "SASL_PLAINTEXT");
+        assert_eq!(sasl.mechanisms(), vec![SaslMechanism::ScramSha512]);
+        let bad = serde_json::from_str::<BrokerConfig>(
+            r#"{"listeners": [{"address": "127.0.0.1:0", "security_protocol": "tls"}]}"#,
+        );
+        assert!(bad.unwrap_err().to_string().contains("sasl_plaintext"));
+    }
+
+    #[test]
+    fn user_passwords_come_from_the_environment_and_never_print() {
+        let env = |name: &str| (name == "ALICE_PASSWORD").then(|| "s3cret-from-env".to_owned());
+        assert_eq!(
+            Password::substitute("${ALICE_PASSWORD}", env).unwrap(),
+            "s3cret-from-env"
+        );
+        assert_eq!(
+            Password::substitute("a${ALICE_PASSWORD}b", env).unwrap(),
+            "as3cret-from-envb"
+        );
+        assert!(Password::substitute("${ALICE_PASSWORD", env).is_err());
+        let config: BrokerConfig =
+            serde_json::from_str(r#"{"users": [{"name": "bob", "password": "literal-secret"}]}"#)
+                .unwrap();
+        assert_eq!(config.users[0].password.expose(), "literal-secret");
+        assert!(!format!("{config:?}").contains("literal-secret"));
+        let unset = serde_json::from_str::<BrokerConfig>(
+            r#"{"users": [{"name": "a", "password": "${FERRY_CONFIG_TEST_UNSET}"}]}"#,
+        );
+        assert!(
+            unset
+                .unwrap_err()
+                .to_string()
+                .contains("environment variable `FERRY_CONFIG_TEST_UNSET` is not set")
+        );
     }
 }

@@ -12,9 +12,13 @@
 //! allocated. Anything the broker cannot make sense of (a bad size, an unknown API or version,
 //! a body that does not decode) closes this connection only, with a log line.
 //!
+//! A connection arrives on a [`Listener`]: plain TCP, or TLS (the handshake made in the
+//! connection's task, with a timeout); on a SASL listener it must authenticate before
+//! anything but ApiVersions, SaslHandshake and SaslAuthenticate is served.
+//!
 //! A Fetch response frame comes with the record batches still in the segment files (see
-//! [`Frame`]). On Linux a range is sent with `sendfile(2)`, from the page cache to the socket
-//! without passing through the broker's memory; elsewhere, or where the file system does not
+//! [`Frame`]). Over plain TCP on Linux a range is sent with `sendfile(2)`, from the page cache to the socket
+//! without passing through the broker's memory; over TLS, elsewhere, or where the file system does not
 //! support it, and for ranges too small to be worth the extra system calls, it is read and
 //! written like any other bytes. The encoded bytes before a range are flushed first, so the
 //! frame goes out in order. The ranges are read while the frame is being sent, after its size
@@ -23,17 +27,20 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio_rustls::TlsAcceptor;
 
 use crate::api::{self, ApiError, Context, Frame};
+use crate::config::SaslMechanism;
 use crate::log::{FileSlice, StorageError};
-use crate::security::{SESSION, Session};
+use crate::security::sasl::Authenticator;
+use crate::security::{SESSION, Session, tls};
 
 /// Smallest request: api key, version, correlation id.
 const MIN_REQUEST: usize = 8;
@@ -43,6 +50,8 @@ const GROWTH: usize = 1 << 20;
 /// File ranges smaller than this are copied through the write buffer: below it, the extra
 /// system calls of sending them separately cost more than the copy saves.
 const SENDFILE_MIN: usize = 64 * 1024;
+/// How long a client has to finish its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Per-connection limits from the broker config.
 #[derive(Debug, Clone, Copy)]
@@ -50,14 +59,45 @@ pub(crate) struct Limits {
     /// socket.request.max.bytes
     pub(crate) max_request: usize,
     /// connections.max.idle.ms
-    pub(crate) idle: std::time::Duration,
+    pub(crate) idle: Duration,
+}
+
+/// A listener as its connections see it.
+pub(crate) struct Listener {
+    /// Its name, for logs.
+    pub(crate) name: String,
+    /// TLS on `ssl` and `sasl_ssl` listeners.
+    pub(crate) tls: Option<TlsAcceptor>,
+    /// The SASL mechanisms enabled; empty on a listener without SASL.
+    pub(crate) mechanisms: Vec<SaslMechanism>,
+    /// The host and port its clients are given in metadata.
+    pub(crate) advertised: (String, i32),
+}
+
+/// A connection's byte stream: plain TCP, or TLS over it.
+pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The socket, when the bytes written to the stream go to it as they are: then file
+    /// ranges can be sent with `sendfile(2)`. Over TLS they must be encrypted, so copied.
+    fn tcp(&self) -> Option<&TcpStream>;
+}
+
+impl Transport for TcpStream {
+    fn tcp(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+}
+
+impl Transport for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp(&self) -> Option<&TcpStream> {
+        None
+    }
 }
 
 /// Why a connection was closed by the broker.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnectionError {
     #[error("idle for {0:?}")]
-    Idle(std::time::Duration),
+    Idle(Duration),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
@@ -70,6 +110,16 @@ pub(crate) enum ConnectionError {
     UnknownApi(i16),
     #[error("{api:?} version {version} is not served")]
     UnsupportedVersion { api: ApiKey, version: i16 },
+    #[error(
+        "SaslHandshake v0 (SASL tokens without Kafka framing) is not supported: the client must \
+         send SaslHandshake v1, as librdkafka, kcat, confluent-kafka, kafka-python and the Java \
+         client do"
+    )]
+    SaslHandshakeV0,
+    #[error("{0:?} request before SASL authentication")]
+    Unauthenticated(ApiKey),
+    #[error("SASL authentication refused")]
+    AuthenticationRefused,
     #[error("cannot decode the {api:?} request header: {reason}")]
     Header { api: ApiKey, reason: String },
     #[error(transparent)]
@@ -77,41 +127,134 @@ pub(crate) enum ConnectionError {
 }
 
 /// Serves one connection until the client closes it, it misbehaves, or the broker shuts down.
-pub(crate) async fn serve(ctx: Arc<Context>, stream: TcpStream, peer: SocketAddr, limits: Limits) {
+/// On a TLS listener the handshake is made here, in the connection's task, so a slow or
+/// failing one holds up nobody else.
+pub(crate) async fn serve(
+    ctx: Arc<Context>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<Listener>,
+    limits: Limits,
+) {
     let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
-    let mut reader = BufReader::with_capacity(BUFFER, read);
-    let mut writer = BufWriter::with_capacity(BUFFER, write);
-    let session = Arc::new(Session::anonymous(peer));
+    let mut session = Session::anonymous(peer);
+    session.advertised = Some(listener.advertised.clone());
+    let Some(acceptor) = &listener.tls else {
+        return serve_stream(ctx, stream, peer, session, &listener, limits).await;
+    };
+    let accepted = tokio::select! {
+        accepted = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => accepted,
+        _ = ctx.shutdown.cancelled() => return,
+    };
+    let stream = match accepted {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::info!(%peer, listener = %listener.name, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(%peer, listener = %listener.name, "TLS handshake timed out");
+            return;
+        }
+    };
+    // A certificate is only here once the verifier accepted it.
+    if let Some(certificate) = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+    {
+        match tls::principal_of(certificate) {
+            Some(principal) => session.principal = principal,
+            None => {
+                tracing::info!(%peer, listener = %listener.name, "cannot read the subject of the client certificate");
+                return;
+            }
+        }
+    }
+    tracing::debug!(%peer, listener = %listener.name, principal = %session.principal, "TLS connection");
+    serve_stream(ctx, stream, peer, session, &listener, limits).await
+}
+
+/// What serving one request gave.
+struct Served {
+    response: Option<Frame>,
+    /// The connection authenticated with this request.
+    principal: Option<crate::security::Principal>,
+    /// Close the connection after the response.
+    close: bool,
+}
+
+impl From<Option<Frame>> for Served {
+    fn from(response: Option<Frame>) -> Self {
+        Served {
+            response,
+            principal: None,
+            close: false,
+        }
+    }
+}
+
+async fn serve_stream<S: Transport>(
+    ctx: Arc<Context>,
+    stream: S,
+    peer: SocketAddr,
+    session: Session,
+    listener: &Listener,
+    limits: Limits,
+) {
+    // Reads and writes alternate (one request at a time), so one buffered stream serves
+    // both: the read buffer over the write buffer.
+    let mut stream = BufReader::with_capacity(BUFFER, BufWriter::with_capacity(BUFFER, stream));
+    let mut session = Arc::new(session);
+    let mut auth =
+        (!listener.mechanisms.is_empty()).then(|| Authenticator::new(listener.mechanisms.clone()));
     let result: Result<(), ConnectionError> = async {
         loop {
             let frame = tokio::select! {
-                frame = tokio::time::timeout(limits.idle, read_frame(&mut reader, limits.max_request)) => match frame {
+                frame = tokio::time::timeout(limits.idle, read_frame(&mut stream, limits.max_request)) => match frame {
                     Ok(frame) => frame?,
                     Err(_) => return Err(ConnectionError::Idle(limits.idle)),
                 },
                 _ = ctx.shutdown.cancelled() => return Ok(()),
             };
             let Some(frame) = frame else { return Ok(()) };
-            let served = SESSION.scope(Arc::clone(&session), handle(&ctx, frame));
-            if let Some(response) = served.await? {
-                write_frame(&mut writer, &response).await?;
+            let served = SESSION.scope(Arc::clone(&session), handle(&ctx, frame, &mut auth));
+            let served = served.await?;
+            if let Some(principal) = served.principal {
+                tracing::debug!(%peer, listener = %listener.name, %principal, "SASL authenticated");
+                session = Arc::new(Session {
+                    principal,
+                    ..(*session).clone()
+                });
             }
-            if !whole_frame_buffered(reader.buffer()) {
-                writer.flush().await?;
+            if let Some(response) = served.response {
+                write_frame(stream.get_mut(), &response).await?;
+            }
+            if served.close {
+                return Err(ConnectionError::AuthenticationRefused);
+            }
+            if !whole_frame_buffered(stream.buffer()) {
+                stream.get_mut().flush().await?;
             }
         }
     }
     .await;
     // Responses to the requests before a bad one (or before shutdown) still go out.
-    let _ = writer.flush().await;
+    let _ = stream.get_mut().flush().await;
+    let listener = &listener.name;
     match result {
-        Ok(()) => tracing::debug!(%peer, "connection closed"),
-        Err(ConnectionError::Io(e)) => tracing::debug!(%peer, error = %e, "connection lost"),
-        Err(e @ ConnectionError::Idle(_)) => {
-            tracing::debug!(%peer, error = %e, "closing idle connection")
+        Ok(()) => tracing::debug!(%peer, %listener, "connection closed"),
+        Err(ConnectionError::Io(e)) => {
+            tracing::debug!(%peer, %listener, error = %e, "connection lost")
         }
-        Err(e) => tracing::warn!(%peer, error = %e, "closing connection"),
+        Err(e @ (ConnectionError::Idle(_) | ConnectionError::AuthenticationRefused)) => {
+            tracing::debug!(%peer, %listener, error = %e, "closing connection")
+        }
+        Err(e @ (ConnectionError::Unauthenticated(_) | ConnectionError::SaslHandshakeV0)) => {
+            tracing::info!(%peer, %listener, error = %e, "closing connection")
+        }
+        Err(e) => tracing::warn!(%peer, %listener, error = %e, "closing connection"),
     }
 }
 
@@ -157,8 +300,15 @@ async fn read_frame<R: AsyncReadExt + Unpin>(
     Ok(Some(frame))
 }
 
-/// Serves one request frame; returns the response frame unless the API sends none.
-async fn handle(ctx: &Arc<Context>, frame: BytesMut) -> Result<Option<Frame>, ConnectionError> {
+/// Serves one request frame; returns the response frame unless the API sends none. Before
+/// SASL authentication (`auth` not yet authenticated) only ApiVersions, SaslHandshake and
+/// SaslAuthenticate are served, the last two by the connection's authenticator; anything else
+/// closes the connection, as Kafka does.
+async fn handle(
+    ctx: &Arc<Context>,
+    frame: BytesMut,
+    auth: &mut Option<Authenticator>,
+) -> Result<Served, ConnectionError> {
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
@@ -168,9 +318,7 @@ async fn handle(ctx: &Arc<Context>, frame: BytesMut) -> Result<Option<Frame>, Co
     if version < route.versions.min || version > route.versions.max {
         if route.key == ApiKey::ApiVersions {
             // The client sent its newest version; tell it which ones we have.
-            return Ok(Some(
-                api::unsupported_version_response(correlation_id)?.into(),
-            ));
+            return Ok(Some(api::unsupported_version_response(correlation_id)?.into()).into());
         }
         return Err(ConnectionError::UnsupportedVersion {
             api: route.key,
@@ -184,20 +332,43 @@ async fn handle(ctx: &Arc<Context>, frame: BytesMut) -> Result<Option<Frame>, Co
             api: route.key,
             reason: e.to_string(),
         })?;
-    Ok(route.call(ctx, header, buf).await?)
+    if let Some(auth) = auth.as_mut().filter(|a| !a.is_authenticated()) {
+        match route.key {
+            ApiKey::ApiVersions => {}
+            ApiKey::SaslHandshake if version == 0 => return Err(ConnectionError::SaslHandshakeV0),
+            ApiKey::SaslHandshake => {
+                let (frame, close) = api::sasl_handshake(auth, &header, buf)?;
+                return Ok(Served {
+                    response: Some(frame),
+                    principal: None,
+                    close,
+                });
+            }
+            ApiKey::SaslAuthenticate => {
+                let done = api::sasl_authenticate(ctx, auth, &header, buf)?;
+                return Ok(Served {
+                    response: Some(done.frame),
+                    principal: done.principal,
+                    close: done.close,
+                });
+            }
+            other => return Err(ConnectionError::Unauthenticated(other)),
+        }
+    }
+    Ok(route.call(ctx, header, buf).await?.into())
 }
 
 /// Writes a response frame, its file ranges at their places. Once part of a frame is out, an
 /// error leaves the client with a frame it cannot finish, so the connection is closed.
-async fn write_frame(
-    writer: &mut BufWriter<OwnedWriteHalf>,
+async fn write_frame<S: Transport>(
+    writer: &mut BufWriter<S>,
     frame: &Frame,
 ) -> Result<(), ConnectionError> {
     let mut written = 0;
     for (at, slice) in &frame.files {
         writer.write_all(&frame.bytes[written..*at]).await?;
         written = *at;
-        if slice.len() < SENDFILE_MIN {
+        if slice.len() < SENDFILE_MIN || writer.get_ref().tcp().is_none() {
             copy_through_buffer(writer, slice, 0).await?;
         } else {
             writer.flush().await?;
@@ -209,8 +380,8 @@ async fn write_frame(
 }
 
 /// Reads `slice` from `skip` bytes into it on, and writes it through the buffer.
-async fn copy_through_buffer(
-    writer: &mut BufWriter<OwnedWriteHalf>,
+async fn copy_through_buffer<S: Transport>(
+    writer: &mut BufWriter<S>,
     slice: &FileSlice,
     skip: usize,
 ) -> Result<(), ConnectionError> {
@@ -235,8 +406,8 @@ async fn copy_through_buffer(
 /// the async thread: a range no longer in the page cache holds that thread while it is read
 /// from disk.
 #[cfg(target_os = "linux")]
-async fn send_file(
-    writer: &mut BufWriter<OwnedWriteHalf>,
+async fn send_file<S: Transport>(
+    writer: &mut BufWriter<S>,
     slice: &FileSlice,
 ) -> Result<(), ConnectionError> {
     use nix::errno::Errno;
@@ -247,7 +418,9 @@ async fn send_file(
     let end = start + slice.len() as i64;
     let mut offset = start;
     while offset < end {
-        let stream: &TcpStream = writer.get_ref().as_ref();
+        let Some(stream) = writer.get_ref().tcp() else {
+            return copy_through_buffer(writer, slice, (offset - start) as usize).await;
+        };
         stream.writable().await?;
         let count = (end - offset) as usize;
         let sent = stream.try_io(Interest::WRITABLE, || {
@@ -283,8 +456,8 @@ async fn send_file(
 
 /// Without `sendfile`, the range is copied.
 #[cfg(not(target_os = "linux"))]
-async fn send_file(
-    writer: &mut BufWriter<OwnedWriteHalf>,
+async fn send_file<S: Transport>(
+    writer: &mut BufWriter<S>,
     slice: &FileSlice,
 ) -> Result<(), ConnectionError> {
     copy_through_buffer(writer, slice, 0).await
@@ -352,8 +525,7 @@ mod tests {
             .await
             .unwrap();
         let (mut server, _) = listener.accept().await.unwrap();
-        let (_read, write) = client.into_split();
-        let mut writer = BufWriter::with_capacity(BUFFER, write);
+        let mut writer = BufWriter::with_capacity(BUFFER, client);
         let send = async move {
             write_frame(&mut writer, &frame).await.unwrap();
             writer.shutdown().await.unwrap();

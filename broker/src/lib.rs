@@ -7,7 +7,8 @@
 //!   disk, laid out as Kafka lays it out.
 //! - `groups`: the group coordinator (classic consumer groups) and committed offsets.
 //! - `txn`: the transaction coordinator (producer ids, transactions, transactional offsets).
-//! - `security`: who a request comes from (its principal and host) and what its ACLs allow.
+//! - `security`: who a request comes from (its principal and host): TLS, SASL, SCRAM users;
+//!   and what its ACLs allow.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), ferry_broker::BrokerError> {
@@ -32,10 +33,15 @@ mod topics;
 mod txn;
 
 pub use catalog::CatalogError;
-pub use config::BrokerConfig;
+pub use config::{
+    BrokerConfig, ClientAuth, ListenerConfig, Password, SaslMechanism, SecurityProtocol, SslConfig,
+    UserConfig,
+};
 pub use dump::{DumpError, dump_segment_file};
 pub use log::StorageError;
 pub use log::batch::BatchError;
+pub use security::scram::{SaltError, SaltedPassword, ScramClient, salt_password};
+pub use security::tls::TlsError;
 pub use security::{
     AclBinding, AclOperation, AclPermissionType, CLUSTER_NAME, PatternType, ResourceType,
 };

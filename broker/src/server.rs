@@ -1,4 +1,4 @@
-//! Starting and stopping the broker: the listener, the connection tasks, retention, the
+//! Starting and stopping the broker: the listeners, the connection tasks, retention, the
 //! group and transaction timeouts.
 
 use std::net::SocketAddr;
@@ -13,10 +13,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::Context;
 use crate::catalog::{Catalog, CatalogError};
-use crate::config::BrokerConfig;
-use crate::connection;
+use crate::config::{BrokerConfig, ClientAuth, ListenerConfig};
+use crate::connection::{self, Listener};
 use crate::groups::GroupCoordinator;
 use crate::security::Authorizer;
+use crate::security::credentials::Credentials;
+use crate::security::tls::{self, TlsError};
 use crate::topics::{TopicError, Topics};
 use crate::txn::TxnCoordinator;
 
@@ -41,9 +43,11 @@ pub enum BrokerError {
     /// A topic's logs or configs cannot be loaded.
     #[error("cannot load topics: {0}")]
     Topics(String),
-    /// The listen address cannot be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    /// A listener's address cannot be bound.
+    #[error("listener {listener}: cannot listen on {addr}: {source}")]
     Bind {
+        /// The listener's name.
+        listener: String,
         /// The configured address.
         addr: SocketAddr,
         /// The OS error.
@@ -52,6 +56,12 @@ pub enum BrokerError {
     /// A setting is out of range.
     #[error("invalid broker setting: {0}")]
     Config(String),
+    /// A listener's certificate, key or CA cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// No randomness for the salts of the configured users.
+    #[error("cannot salt the configured users' passwords: {0}")]
+    Random(getrandom::Error),
 }
 
 impl From<TopicError> for BrokerError {
@@ -61,7 +71,14 @@ impl From<TopicError> for BrokerError {
 }
 
 /// What is loaded from the data directory before serving.
-type Loaded = (Topics, GroupCoordinator, TxnCoordinator, Authorizer, String);
+type Loaded = (
+    Topics,
+    GroupCoordinator,
+    TxnCoordinator,
+    Authorizer,
+    Credentials,
+    String,
+);
 
 /// The bundled broker.
 #[derive(Debug)]
@@ -94,7 +111,8 @@ pub struct PartitionInfo {
 /// A running broker; dropping it stops the broker without waiting, [`BrokerHandle::shutdown`]
 /// stops it gracefully.
 pub struct BrokerHandle {
-    local_addr: SocketAddr,
+    /// Each listener's name and bound address, in configuration order.
+    listeners: Vec<(String, SocketAddr)>,
     ctx: Arc<Context>,
     tracker: TaskTracker,
 }
@@ -102,14 +120,15 @@ pub struct BrokerHandle {
 impl std::fmt::Debug for BrokerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BrokerHandle")
-            .field("local_addr", &self.local_addr)
+            .field("listeners", &self.listeners)
             .finish()
     }
 }
 
 impl Broker {
-    /// Recovers the logs in `config.data_dir`, binds `config.listen` and serves clients on the
-    /// current tokio runtime until the handle is shut down.
+    /// Recovers the logs in `config.data_dir`, binds every listener (`config.listeners`, or the
+    /// one of `config.listen`) and serves clients on the current tokio runtime until the handle
+    /// is shut down.
     pub async fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
         if config.num_partitions < 1 {
             return Err(BrokerError::Config(format!(
@@ -148,17 +167,34 @@ impl Broker {
             path: config.data_dir.clone(),
             source,
         })?;
-        let listener =
-            TcpListener::bind(config.listen)
+        let listener_configs = listener_configs(&config)?;
+        // TLS files are read before anything is bound, so a bad one stops nothing half-started.
+        let mut bound = Vec::new();
+        for listener in &listener_configs {
+            let name = listener.name();
+            let tls = match (&listener.ssl, listener.security_protocol.tls()) {
+                (Some(ssl), true) => Some(tls::acceptor(&name, ssl)?),
+                _ => None,
+            };
+            let bind_error = |source| BrokerError::Bind {
+                listener: name.clone(),
+                addr: listener.address,
+                source,
+            };
+            let socket = TcpListener::bind(listener.address)
                 .await
-                .map_err(|source| BrokerError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
-        let local_addr = listener.local_addr().map_err(|source| BrokerError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+                .map_err(bind_error)?;
+            let local_addr = socket.local_addr().map_err(bind_error)?;
+            warn_if_open(listener, &name, local_addr);
+            let advertised = advertised(listener.advertised.as_deref(), local_addr);
+            let settings = Listener {
+                name,
+                tls,
+                mechanisms: listener.mechanisms(),
+                advertised,
+            };
+            bound.push((socket, local_addr, settings));
+        }
         // Recovery reads the active segments: blocking work, off the async threads.
         let loaded = {
             let config = config.clone();
@@ -183,13 +219,19 @@ impl Broker {
                 let txns = TxnCoordinator::load(&config, topics.catalog())?;
                 txns.recover(&topics);
                 let acls = Authorizer::load(&config, topics.catalog())?;
-                Ok((topics, groups, txns, acls, cluster_id))
+                // Salting the configured passwords is deliberately slow work too.
+                let credentials = Credentials::new(&config.users, topics.catalog())
+                    .map_err(BrokerError::Random)?;
+                Ok((topics, groups, txns, acls, credentials, cluster_id))
             })
             .await
             .map_err(|e| BrokerError::Topics(e.to_string()))??
         };
-        let (topics, groups, txns, acls, cluster_id) = loaded;
-        let (host, port) = advertised(&config, local_addr);
+        let (topics, groups, txns, acls, credentials, cluster_id) = loaded;
+        let (host, port) = bound
+            .first()
+            .map(|(_, _, listener)| listener.advertised.clone())
+            .unwrap_or_default();
         let ctx = Arc::new(Context {
             topics,
             groups,
@@ -197,6 +239,7 @@ impl Broker {
             acls,
             appended: Notify::new(),
             shutdown: CancellationToken::new(),
+            credentials,
             node_id: config.node_id,
             host,
             port,
@@ -207,7 +250,23 @@ impl Broker {
             max_request: config.socket_request_max_bytes as usize,
             idle: Duration::from_millis(config.connections_max_idle_ms.max(1)),
         };
-        tracker.spawn(accept(Arc::clone(&ctx), listener, tracker.clone(), limits));
+        let mut listeners = Vec::new();
+        for (socket, local_addr, settings) in bound {
+            tracing::info!(
+                listener = %settings.name,
+                %local_addr,
+                advertised = %format!("{}:{}", settings.advertised.0, settings.advertised.1),
+                "listening"
+            );
+            listeners.push((settings.name.clone(), local_addr));
+            tracker.spawn(accept(
+                Arc::clone(&ctx),
+                socket,
+                Arc::new(settings),
+                tracker.clone(),
+                limits,
+            ));
+        }
         tracker.spawn(maintenance(
             Arc::clone(&ctx),
             Duration::from_millis(config.log_retention_check_interval_ms.max(1)),
@@ -222,40 +281,130 @@ impl Broker {
                     .max(1),
             ),
         ));
-        tracing::info!(%local_addr, data_dir = %config.data_dir.display(), "broker started");
+        tracing::info!(data_dir = %config.data_dir.display(), "broker started");
         Ok(BrokerHandle {
-            local_addr,
+            listeners,
             ctx,
             tracker,
         })
     }
 }
 
-fn advertised(config: &BrokerConfig, local_addr: SocketAddr) -> (String, i32) {
-    if let Some(listener) = &config.advertised_listener
-        && let Some((host, port)) = listener.rsplit_once(':')
-        && let Ok(port) = port.parse()
-    {
-        return (host.to_owned(), port);
+/// The listeners to bind: `listeners`, or the plaintext one of `listen` and
+/// `advertised_listener`; each checked for what it needs.
+fn listener_configs(config: &BrokerConfig) -> Result<Vec<ListenerConfig>, BrokerError> {
+    if config.listeners.is_empty() {
+        let mut listener = ListenerConfig::plaintext(config.listen);
+        listener.advertised = config.advertised_listener.clone();
+        return Ok(vec![listener]);
     }
-    (local_addr.ip().to_string(), i32::from(local_addr.port()))
+    if config.listen != BrokerConfig::default().listen || config.advertised_listener.is_some() {
+        return Err(BrokerError::Config(
+            "`listen`/`advertised_listener` and `listeners` cannot be given together: put the \
+             `listen` address in `listeners` as a plaintext listener"
+                .into(),
+        ));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for listener in &config.listeners {
+        let name = listener.name();
+        let problem = |what: &str| BrokerError::Config(format!("listener {name}: {what}"));
+        if !names.insert(name.clone()) {
+            return Err(problem(
+                "two listeners have this name: give each a distinct `name`",
+            ));
+        }
+        let protocol = listener.security_protocol;
+        match (&listener.ssl, protocol.tls()) {
+            (None, true) => {
+                return Err(problem(&format!(
+                    "security_protocol {} needs `ssl` with a certificate and key",
+                    protocol.kafka_name()
+                )));
+            }
+            (Some(_), false) => {
+                return Err(problem(&format!(
+                    "`ssl` is set but security_protocol {} is not TLS (use ssl or sasl_ssl)",
+                    protocol.kafka_name()
+                )));
+            }
+            _ => {}
+        }
+        if let Some(mechanisms) = &listener.sasl_mechanisms {
+            if !protocol.sasl() {
+                return Err(problem(&format!(
+                    "`sasl_mechanisms` is set but security_protocol {} has no SASL",
+                    protocol.kafka_name()
+                )));
+            }
+            if mechanisms.is_empty() {
+                return Err(problem("`sasl_mechanisms` is empty"));
+            }
+        }
+        if let Some(advertised) = &listener.advertised
+            && parse_host_port(advertised).is_none()
+        {
+            return Err(problem(&format!(
+                "advertised `{advertised}` is not host:port"
+            )));
+        }
+    }
+    Ok(config.listeners.clone())
+}
+
+/// Warns of a listener that lets anyone who reaches it in without credentials.
+fn warn_if_open(listener: &ListenerConfig, name: &str, local_addr: SocketAddr) {
+    let client_certificates = listener
+        .ssl
+        .as_ref()
+        .is_some_and(|ssl| ssl.client_auth == ClientAuth::Required);
+    if !local_addr.ip().is_loopback() && !listener.security_protocol.sasl() && !client_certificates
+    {
+        tracing::warn!(
+            listener = %name,
+            %local_addr,
+            "listener is reachable beyond this machine without authentication: anyone who can \
+             reach it can read and write every topic (use sasl_ssl, or ssl with client_auth \
+             required)"
+        );
+    }
+}
+
+fn parse_host_port(text: &str) -> Option<(String, i32)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    (!host.is_empty()).then(|| (host.to_owned(), i32::from(port)))
+}
+
+/// The host and port given to a listener's clients: `advertised`, or the bound address.
+fn advertised(advertised: Option<&str>, local_addr: SocketAddr) -> (String, i32) {
+    advertised
+        .and_then(parse_host_port)
+        .unwrap_or_else(|| (local_addr.ip().to_string(), i32::from(local_addr.port())))
 }
 
 async fn accept(
     ctx: Arc<Context>,
-    listener: TcpListener,
+    socket: TcpListener,
+    listener: Arc<Listener>,
     tracker: TaskTracker,
     limits: connection::Limits,
 ) {
     loop {
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = socket.accept() => accepted,
             _ = ctx.shutdown.cancelled() => return,
         };
         match accepted {
             Ok((stream, peer)) => {
-                tracing::debug!(%peer, "connection accepted");
-                tracker.spawn(connection::serve(Arc::clone(&ctx), stream, peer, limits));
+                tracing::debug!(%peer, listener = %listener.name, "connection accepted");
+                tracker.spawn(connection::serve(
+                    Arc::clone(&ctx),
+                    stream,
+                    peer,
+                    Arc::clone(&listener),
+                    limits,
+                ));
             }
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -325,9 +474,22 @@ async fn transaction_timeouts(ctx: Arc<Context>, every: Duration) {
 }
 
 impl BrokerHandle {
-    /// The address the broker listens on (with the real port when configured with port 0).
+    /// The address of the first listener (with the real port when configured with port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.listeners[0].1
+    }
+
+    /// Every listener's name and bound address, in configuration order.
+    pub fn listener_addrs(&self) -> &[(String, SocketAddr)] {
+        &self.listeners
+    }
+
+    /// The bound address of the listener named `name` (`SASL_SSL`, or its configured name).
+    pub fn local_addr_of(&self, name: &str) -> Option<SocketAddr> {
+        self.listeners
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, addr)| *addr)
     }
 
     /// Every topic with its partitions' offsets and sizes, sorted by name (for dashboards and
@@ -380,7 +542,7 @@ impl BrokerHandle {
         if !matches!(marked, Ok(true)) {
             tracing::warn!("shutdown not recorded as clean: the next start checks every segment");
         }
-        tracing::info!(local_addr = %self.local_addr, "broker stopped");
+        tracing::info!("broker stopped");
     }
 }
 

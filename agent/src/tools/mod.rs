@@ -1,7 +1,8 @@
 //! Kafka-style command-line tools (`topics`, `groups`, `console-producer`, `console-consumer`,
-//! `transactions`, `acls`), built on librdkafka so that they work against any Kafka cluster, not
-//! only the bundled broker (`transactions` and `acls` speak the protocol themselves: the
-//! librdkafka binding has no admin call for them). Flags follow Kafka's own tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
+//! `transactions`, `acls`, `users`), built on librdkafka so that they work against any Kafka
+//! cluster, not only the bundled broker (`transactions`, `acls` and `users` speak the protocol
+//! themselves: the librdkafka binding has no admin call for them). Flags follow Kafka's own
+//! tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
 //! ...).
 
 use std::path::PathBuf;
@@ -15,9 +16,9 @@ use rdkafka::config::ClientConfig;
 pub mod acls;
 pub mod console;
 pub mod groups;
-mod scram;
 pub mod topics;
 pub mod transactions;
+pub mod users;
 mod wire;
 
 /// How long a tool waits for the cluster to answer one request.

@@ -24,8 +24,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use ferry_broker::ScramClient;
+
 use super::REQUEST_TIMEOUT;
-use super::scram::{ScramClient, ScramHash};
 
 /// A byte stream to a broker: TCP, or TLS over TCP.
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -436,10 +437,11 @@ enum SaslExchange {
 
 impl SaslExchange {
     fn new(sasl: &Sasl) -> anyhow::Result<SaslExchange> {
-        let scram = |hash| ScramClient::new(hash, &sasl.username, &sasl.password);
         Ok(match sasl.mechanism.as_str() {
-            "SCRAM-SHA-256" => SaslExchange::Scram(Box::new(scram(ScramHash::Sha256)?)),
-            "SCRAM-SHA-512" => SaslExchange::Scram(Box::new(scram(ScramHash::Sha512)?)),
+            mechanism @ ("SCRAM-SHA-256" | "SCRAM-SHA-512") => SaslExchange::Scram(Box::new(
+                ScramClient::new(mechanism, &sasl.username, &sasl.password)
+                    .map_err(anyhow::Error::msg)?,
+            )),
             // PLAIN (RFC 4616): no authorization id, the user name, the password.
             _ => {
                 let mut message = vec![0];
@@ -455,7 +457,7 @@ impl SaslExchange {
         match self {
             SaslExchange::Plain(message) => Ok(message.take()),
             SaslExchange::Scram(scram) => {
-                let next = scram.respond(challenge)?;
+                let next = scram.respond(challenge).map_err(anyhow::Error::msg)?;
                 if next.is_none() {
                     *self = SaslExchange::Done;
                 }

@@ -28,10 +28,11 @@ impl Handler for DescribeCluster {
         if let Err(e) = ctx.check(AclOperation::Describe, Resource::cluster()) {
             return Some(DescribeClusterResponse::default().with_error_code(e.code()));
         }
+        let (host, port) = ctx.advertised();
         let broker = DescribeClusterBroker::default()
             .with_broker_id(BrokerId(ctx.node_id))
-            .with_host(ctx.host())
-            .with_port(ctx.port);
+            .with_host(host)
+            .with_port(port);
         Some(
             DescribeClusterResponse::default()
                 .with_cluster_id(ctx.cluster_id())

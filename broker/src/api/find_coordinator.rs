@@ -31,10 +31,13 @@ fn coordinator(ctx: &Context, key: StrBytes, key_type: i8) -> Coordinator {
     };
     let found = Coordinator::default().with_key(key);
     match checked {
-        Ok(()) => found
-            .with_node_id(BrokerId(ctx.node_id))
-            .with_host(ctx.host())
-            .with_port(ctx.port),
+        Ok(()) => {
+            let (host, port) = ctx.advertised();
+            found
+                .with_node_id(BrokerId(ctx.node_id))
+                .with_host(host)
+                .with_port(port)
+        }
         Err(error) => found
             .with_node_id(BrokerId(-1))
             .with_port(-1)

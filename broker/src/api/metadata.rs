@@ -93,10 +93,11 @@ impl Handler for Metadata {
                 .map(|t| describe_topic(ctx, t))
                 .collect(),
         };
+        let (host, port) = ctx.advertised();
         let broker = MetadataResponseBroker::default()
             .with_node_id(BrokerId(ctx.node_id))
-            .with_host(ctx.host())
-            .with_port(ctx.port);
+            .with_host(host)
+            .with_port(port);
         Some(
             MetadataResponse::default()
                 .with_brokers(vec![broker])

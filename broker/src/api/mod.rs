@@ -8,6 +8,7 @@
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
+mod alter_user_scram_credentials;
 mod api_versions;
 mod create_acls;
 mod create_partitions;
@@ -20,6 +21,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_transactions;
+mod describe_user_scram_credentials;
 mod end_txn;
 mod fetch;
 mod find_coordinator;
@@ -38,6 +40,8 @@ mod offset_fetch;
 mod produce;
 #[cfg(test)]
 mod samples;
+mod sasl_authenticate;
+mod sasl_handshake;
 mod shape;
 mod sync_group;
 mod txn_offset_commit;
@@ -55,11 +59,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::groups::{self, GroupCoordinator};
 use crate::log::FileSlice;
+use crate::security::credentials::Credentials;
 use crate::security::{AclOperation, Authorizer, Resource, ResourceType};
 use crate::topics::{Topic, TopicError, Topics};
 use crate::txn::TxnCoordinator;
 
 pub(crate) use api_versions::unsupported_version_response;
+pub(crate) use sasl_authenticate::authenticate as sasl_authenticate;
+pub(crate) use sasl_handshake::handshake as sasl_handshake;
 
 /// The calling client's host as Kafka shows it (`/127.0.0.1`), when known.
 pub(crate) fn client_host() -> String {
@@ -77,7 +84,11 @@ pub(crate) struct Context {
     pub(crate) appended: Notify,
     /// Cancelled when the broker shuts down.
     pub(crate) shutdown: CancellationToken,
+    /// The users SASL authenticates.
+    pub(crate) credentials: Credentials,
     pub(crate) node_id: i32,
+    /// The advertised host and port of the first listener, for requests served outside a
+    /// connection.
     pub(crate) host: String,
     pub(crate) port: i32,
     pub(crate) cluster_id: String,
@@ -202,9 +213,13 @@ impl Context {
         StrBytes::from_string(self.cluster_id.clone())
     }
 
-    /// The advertised host as a protocol string.
-    pub(crate) fn host(&self) -> StrBytes {
-        StrBytes::from_string(self.host.clone())
+    /// The host and port this broker is reached at by the caller: those advertised by the
+    /// listener the request arrived on (so a TLS client is never sent to a plaintext port).
+    pub(crate) fn advertised(&self) -> (StrBytes, i32) {
+        match &crate::security::session().advertised {
+            Some((host, port)) => (StrBytes::from_string(host.clone()), *port),
+            None => (StrBytes::from_string(self.host.clone()), self.port),
+        }
     }
 
     /// Waits for a group's answer that is not ready yet (the end of a join phase, the
@@ -411,6 +426,10 @@ pub(crate) const ROUTES: &[Route] = &[
     route::<create_acls::CreateAcls>(),
     route::<describe_acls::DescribeAcls>(),
     route::<delete_acls::DeleteAcls>(),
+    route::<sasl_handshake::SaslHandshake>(),
+    route::<sasl_authenticate::SaslAuthenticate>(),
+    route::<describe_user_scram_credentials::DescribeUserScramCredentials>(),
+    route::<alter_user_scram_credentials::AlterUserScramCredentials>(),
 ];
 
 /// The route for an api key, if served.
@@ -421,30 +440,40 @@ pub(crate) fn route_for(key: i16) -> Option<&'static Route> {
 fn serve<'a, H: Handler + 'static>(
     ctx: &'a Arc<Context>,
     header: RequestHeader,
-    mut body: Bytes,
+    body: Bytes,
 ) -> Reply<'a> {
     Box::pin(async move {
-        let version = header.request_api_version;
-        H::SHAPE
-            .check(&body, version)
-            .map_err(|e| ApiError::Decode {
-                api: H::KEY,
-                version,
-                reason: e.to_string(),
-            })?;
-        let request = H::Request::decode(&mut body, version).map_err(|e| ApiError::Decode {
-            api: H::KEY,
-            version,
-            reason: e.to_string(),
-        })?;
-        let correlation_id = header.correlation_id;
+        let request = decode_request::<H>(&header, body)?;
         let Some(response) = H::handle(ctx, &header, request).await else {
             return Ok(None);
         };
-        response
-            .into_frame(H::KEY, version, correlation_id)
-            .map(Some)
+        response_frame::<H>(&header, response).map(Some)
     })
+}
+
+/// Checks a request body against `H`'s shape and decodes it.
+fn decode_request<H: Handler>(
+    header: &RequestHeader,
+    mut body: Bytes,
+) -> Result<H::Request, ApiError> {
+    let version = header.request_api_version;
+    let error = |reason: String| ApiError::Decode {
+        api: H::KEY,
+        version,
+        reason,
+    };
+    H::SHAPE
+        .check(&body, version)
+        .map_err(|e| error(e.to_string()))?;
+    H::Request::decode(&mut body, version).map_err(|e| error(e.to_string()))
+}
+
+/// The response frame of `H` to the request of `header`.
+fn response_frame<H: Handler>(
+    header: &RequestHeader,
+    response: H::Response,
+) -> Result<Frame, ApiError> {
+    response.into_frame(H::KEY, header.request_api_version, header.correlation_id)
 }
 
 /// A whole response frame: size, header (in the version the API mandates), body.
@@ -501,6 +530,7 @@ pub(crate) mod tests {
         let txns = TxnCoordinator::load(&config, topics.catalog()).unwrap();
         txns.recover(&topics);
         let acls = Authorizer::load(&config, topics.catalog()).unwrap();
+        let credentials = Credentials::new(&[], topics.catalog()).unwrap();
         Arc::new(Context {
             topics,
             groups,
@@ -508,6 +538,7 @@ pub(crate) mod tests {
             acls,
             appended: Notify::new(),
             shutdown: CancellationToken::new(),
+            credentials,
             node_id: 0,
             host: "127.0.0.1".into(),
             port: 9092,

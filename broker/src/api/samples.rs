@@ -320,6 +320,38 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
             ]),
             version,
         ),
+        ApiKey::SaslHandshake => encode(
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+            version,
+        ),
+        ApiKey::SaslAuthenticate => encode(
+            SaslAuthenticateRequest::default()
+                .with_auth_bytes(bytes::Bytes::from_static(b"\0a\0b")),
+            version,
+        ),
+        ApiKey::DescribeUserScramCredentials => encode(
+            DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+                describe_user_scram_credentials_request::UserName::default().with_name(s()),
+            ])),
+            version,
+        ),
+        ApiKey::AlterUserScramCredentials => encode(
+            AlterUserScramCredentialsRequest::default()
+                .with_deletions(vec![
+                    alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                        .with_name(s())
+                        .with_mechanism(1),
+                ])
+                .with_upsertions(vec![
+                    alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                        .with_name(StrBytes::from_static_str("y"))
+                        .with_mechanism(2)
+                        .with_iterations(4096)
+                        .with_salt(bytes::Bytes::from_static(b"salt"))
+                        .with_salted_password(bytes::Bytes::from(vec![7u8; 64])),
+                ]),
+            version,
+        ),
         other => panic!("no sample for {other:?}"),
     }
 }

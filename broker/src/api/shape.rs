@@ -390,6 +390,35 @@ pub(crate) const DELETE_ACLS: Shape = Shape {
     fields: &[f(Structs(ACL_FIELDS))],
 };
 
+pub(crate) const SASL_HANDSHAKE: Shape = Shape {
+    flexible_from: MAX,
+    fields: &[f(Str)], // mechanism
+};
+
+pub(crate) const SASL_AUTHENTICATE: Shape = Shape {
+    flexible_from: 2,
+    fields: &[f(Bytes)], // auth_bytes
+};
+
+pub(crate) const DESCRIBE_USER_SCRAM_CREDENTIALS: Shape = Shape {
+    flexible_from: 0,
+    fields: &[f(Structs(&[f(Str)]))], // users (nullable): name
+};
+
+pub(crate) const ALTER_USER_SCRAM_CREDENTIALS: Shape = Shape {
+    flexible_from: 0,
+    fields: &[
+        f(Structs(&[f(Str), f(I8)])), // deletions: name, mechanism
+        f(Structs(&[
+            f(Str),   // name
+            f(I8),    // mechanism
+            f(I32),   // iterations
+            f(Bytes), // salt
+            f(Bytes), // salted_password
+        ])), // upsertions
+    ],
+};
+
 /// Where and why a request does not fit its shape.
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error("malformed request body at byte {at}: {what}")]

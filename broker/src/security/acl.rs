@@ -816,6 +816,7 @@ pub(crate) mod tests {
             principal: Principal::parse(principal).unwrap(),
             client_host: format!("/{ip}"),
             ip: ip.into(),
+            advertised: None,
         }
     }
 

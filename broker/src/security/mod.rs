@@ -3,9 +3,16 @@
 //! ([`SESSION`]); handlers read it through [`session`] (for the group member's host, for
 //! authorization) without it being threaded through every handler's signature.
 //!
-//! `acl`: the ACLs and the authorizer that checks requests against them.
+//! - `acl`: the ACLs and the authorizer that checks requests against them.
+//! - `tls`: TLS listeners and the principal of a client certificate.
+//! - `sasl`: a connection's SASL exchange; `scram`: SCRAM credentials and exchanges;
+//!   `credentials`: the users SASL checks against.
 
 pub(crate) mod acl;
+pub(crate) mod credentials;
+pub(crate) mod sasl;
+pub(crate) mod scram;
+pub(crate) mod tls;
 
 pub use acl::{
     AclBinding, AclOperation, AclPermissionType, CLUSTER_NAME, PatternType, ResourceType,
@@ -65,6 +72,10 @@ pub(crate) struct Session {
     pub(crate) client_host: String,
     /// The client's IP address as ACLs match it (`127.0.0.1`).
     pub(crate) ip: String,
+    /// The `host:port` of the listener the connection arrived on, as its clients are to
+    /// reach this broker (Metadata, FindCoordinator, DescribeCluster); `None` outside a
+    /// connection.
+    pub(crate) advertised: Option<(String, i32)>,
 }
 
 impl Session {
@@ -74,6 +85,7 @@ impl Session {
             principal: Principal::anonymous(),
             client_host: format!("/{}", peer.ip()),
             ip: peer.ip().to_string(),
+            advertised: None,
         }
     }
 }
@@ -91,6 +103,7 @@ pub(crate) fn session() -> Arc<Session> {
             principal: Principal::anonymous(),
             client_host: String::new(),
             ip: String::new(),
+            advertised: None,
         })
     })
 }
