@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use common::*;
 use ferry_broker::{
-    AclBinding, AclOperation, AclPermissionType, BrokerConfig, PatternType, ResourceType,
+    AclBinding, AclOperation, AclPermissionType, BrokerConfig, ListenerConfig, Password,
+    PatternType, ResourceType, SecurityProtocol, UserConfig,
 };
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -36,6 +37,17 @@ struct Caller {
 const ANONYMOUS: Caller = Caller {
     principal: "User:ANONYMOUS",
     settings: &[],
+};
+
+/// A client authenticated with SCRAM-SHA-256 as `alice` on a SASL_PLAINTEXT listener.
+const ALICE: Caller = Caller {
+    principal: "User:alice",
+    settings: &[
+        ("security.protocol", "sasl_plaintext"),
+        ("sasl.mechanism", "SCRAM-SHA-256"),
+        ("sasl.username", "alice"),
+        ("sasl.password", "alice-secret"),
+    ],
 };
 
 fn acl(
@@ -85,6 +97,30 @@ async fn logs_writer_broker(
             ),
         ],
         ..config(dir)
+    };
+    // A caller that authenticates gets a SASL listener and its user.
+    let config = if caller.principal == ANONYMOUS.principal {
+        config
+    } else {
+        let user = caller.principal.trim_start_matches("User:");
+        let password = caller
+            .settings
+            .iter()
+            .find(|(k, _)| *k == "sasl.password")
+            .map(|(_, v)| *v)
+            .unwrap();
+        BrokerConfig {
+            listen: BrokerConfig::default().listen,
+            listeners: vec![ListenerConfig {
+                security_protocol: SecurityProtocol::SaslPlaintext,
+                ..ListenerConfig::plaintext("127.0.0.1:0".parse().unwrap())
+            }],
+            users: vec![UserConfig {
+                name: user.into(),
+                password: Password::new(password),
+            }],
+            ..config
+        }
     };
     start(config).await
 }
@@ -186,6 +222,11 @@ async fn prefixed_write_acl_limits_what_a_caller_may_do(caller: Caller) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefixed_write_acl_limits_what_an_anonymous_client_may_do() {
     prefixed_write_acl_limits_what_a_caller_may_do(ANONYMOUS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefixed_write_acl_limits_what_an_authenticated_user_may_do() {
+    prefixed_write_acl_limits_what_a_caller_may_do(ALICE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
