@@ -622,3 +622,160 @@ fn listen_and_listeners_together_and_unset_password_variables_are_configuration_
     );
     assert!(!printed.contains("literal-secret-123"), "{printed}");
 }
+
+/// Lines in the finished (not `.tmp`) files of a file_roll directory.
+fn finished_output(out: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return Vec::new();
+    };
+    let mut names: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            !name.starts_with('.') && !name.ends_with(".tmp")
+        })
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The shipped edge and collector pipelines, pointed at the SASL_SSL listener as alice with
+/// SCRAM-SHA-512: taildir → file channel → kafka sink (exactly_once) → broker → kafka source →
+/// file channel → file_roll. Every line arrives exactly once; the tools reach the same
+/// listener with `--command-config`; alice's password is in no log and no `validate` output.
+#[test]
+fn the_chain_runs_exactly_once_over_sasl_ssl_and_the_tools_connect_with_command_config() {
+    let root = tempfile::tempdir().unwrap();
+    let broker_dir = root.path().join("broker");
+    std::fs::create_dir_all(&broker_dir).unwrap();
+    let broker = SecureBroker::start(&broker_dir);
+    let address = broker.addr("SASL_SSL").to_owned();
+    let security = format!(
+        "bootstrap_servers: {address}\n    security_protocol: sasl_ssl\n    \
+         sasl_mechanism: SCRAM-SHA-512\n    sasl_username: alice\n    \
+         sasl_password: ${{ALICE_PASSWORD}}\n    ssl_ca_location: {}",
+        broker.certs.ca.display()
+    );
+    let edge_config = harness::pipeline(
+        "chain/edge.yaml",
+        &[("bootstrap_servers: 127.0.0.1:9092", &security)],
+    );
+    let collector_config = harness::pipeline(
+        "chain/collector.yaml",
+        &[
+            ("bootstrap_servers: 127.0.0.1:9092", &security),
+            ("roll_interval: 1m", "roll_interval: 1s"),
+        ],
+    );
+    let env = [("ALICE_PASSWORD", ALICE_PASSWORD), ("NO_COLOR", "1")];
+    let (edge_dir, collector_dir) = (root.path().join("edge"), root.path().join("collector"));
+    for dir in [&edge_dir, &collector_dir] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::create_dir_all(edge_dir.join("logs")).unwrap();
+    let edge = Agent::start_with(&edge_dir, &edge_config, &env);
+    let collector = Agent::start_with(&collector_dir, &collector_config, &env);
+
+    const LINES: usize = 20_000;
+    let mut chunk = String::new();
+    for n in 0..LINES {
+        chunk.push_str(&format!("secure-line-{n:06}\n"));
+        if n % 5_000 == 4_999 {
+            use std::io::Write as _;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(edge_dir.join("logs/app.log"))
+                .unwrap();
+            file.write_all(chunk.as_bytes()).unwrap();
+            chunk.clear();
+        }
+    }
+    let out = collector_dir.join("var/chain/out");
+    wait_until(Duration::from_secs(120), "every line in the output", || {
+        finished_output(&out).len() >= LINES
+    });
+    let lines = finished_output(&out);
+    let mut counts = BTreeMap::new();
+    for line in &lines {
+        *counts.entry(line.as_str()).or_insert(0) += 1;
+    }
+    assert_eq!(lines.len(), LINES, "duplicates in the output");
+    assert_eq!(counts.len(), LINES);
+    assert!((0..LINES).all(|n| counts.contains_key(format!("secure-line-{n:06}").as_str())));
+
+    // The tools, with Kafka's client properties file.
+    let properties = root.path().join("client.properties");
+    std::fs::write(
+        &properties,
+        format!(
+            "# alice over TLS\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n\
+             sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
+             username=\"alice\" password=\"{ALICE_PASSWORD}\";\nssl.ca.location={}\n",
+            broker.certs.ca.display()
+        ),
+    )
+    .unwrap();
+    let tool = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_agent"))
+            .args(args)
+            .args(["--bootstrap-server", &address, "--command-config"])
+            .arg(&properties)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "agent {args:?}: {}", text(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    assert!(tool(&["topics", "--list"]).lines().any(|l| l == "app-logs"));
+    assert!(
+        tool(&["groups", "--list"])
+            .lines()
+            .any(|l| l == "collector")
+    );
+    let consumed = tool(&[
+        "console-consumer",
+        "--topic",
+        "app-logs",
+        "--from-beginning",
+        "--max-messages",
+        "3",
+    ]);
+    assert_eq!(consumed.lines().count(), 3, "{consumed}");
+    assert!(consumed.lines().all(|l| l.starts_with("secure-line-")));
+    // The edge's transactional id (`ferry-<host>-to_kafka`), through the tool's own TLS and
+    // SCRAM client.
+    let transactions = tool(&["transactions", "--list"]);
+    assert!(transactions.contains("-to_kafka"), "{transactions}");
+    tool(&["acls", "--list"]);
+
+    // The password: nowhere in what the agents logged or `validate` prints.
+    let validate = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .arg("validate")
+        .arg(edge_dir.join("pipeline.yaml"))
+        .env("ALICE_PASSWORD", ALICE_PASSWORD)
+        .output()
+        .unwrap();
+    assert!(validate.status.success(), "{}", text(&validate));
+    for (what, output) in [
+        ("the broker's log", broker.agent.log()),
+        ("the edge's log", edge.log()),
+        ("the collector's log", collector.log()),
+        ("validate", text(&validate)),
+    ] {
+        assert!(
+            !output.contains(ALICE_PASSWORD),
+            "{what} shows the password"
+        );
+    }
+}

@@ -58,10 +58,11 @@ impl ClusterArgs {
         if let Some(properties) = self.properties()? {
             properties.apply(&mut config);
         }
+        // `config_map` hides secrets behind a placeholder: the values come from `get`.
         let properties = config
             .config_map()
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into_keys()
+            .filter_map(|k| Some((k.to_owned(), config.get(k)?.to_owned())))
             .collect();
         wire::Security::from_properties(&properties)
     }

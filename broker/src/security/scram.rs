@@ -907,4 +907,30 @@ pub(crate) mod tests {
         let err = client.respond(b"v=AAAA").unwrap_err();
         assert!(err.contains("signature is wrong"), "{err}");
     }
+
+    /// The client and the server of this module agree with each other, for both hashes, and
+    /// a wrong password fails at the server.
+    #[test]
+    fn client_and_server_complete_an_exchange() {
+        for mechanism in ScramMechanism::ALL {
+            let credential = ScramCredential::from_password(mechanism, "s3cret", 4096).unwrap();
+            for (password, accepted) in [("s3cret", true), ("wrong", false)] {
+                let mut client = ScramClient::new(mechanism.name(), "alice", password).unwrap();
+                let mut server = ScramServer::new(mechanism);
+                let first = client.respond(b"").unwrap().unwrap();
+                let server_first = server
+                    .client_first(&first, |user| (user == "alice").then(|| credential.clone()))
+                    .unwrap();
+                let last = client.respond(&server_first).unwrap().unwrap();
+                match server.client_final(&last) {
+                    Ok((user, server_final)) => {
+                        assert!(accepted, "{mechanism:?} accepted a wrong password");
+                        assert_eq!(user, "alice");
+                        assert!(client.respond(&server_final).unwrap().is_none());
+                    }
+                    Err(e) => assert!(!accepted, "{mechanism:?}: {e}"),
+                }
+            }
+        }
+    }
 }
