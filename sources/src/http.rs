@@ -38,7 +38,9 @@ use tokio::sync::oneshot;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
-    /// Address to listen on, e.g. `0.0.0.0`. Required. Flume: `bind`.
+    /// Address to listen on: `0.0.0.0` for every interface. Default `127.0.0.1`, reachable
+    /// from this machine only (Flume requires it). Flume: `bind`.
+    #[serde(default = "crate::loopback")]
     pub bind: String,
     /// TCP port (`0` picks a free one, logged at start). Required. Flume: `port`.
     pub port: u16,

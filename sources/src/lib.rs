@@ -106,3 +106,8 @@ mod tests {
         assert!(chunks(Vec::<u8>::new(), 3).is_empty());
     }
 }
+
+/// The default address of the listening sources: this machine only.
+pub(crate) fn loopback() -> String {
+    "127.0.0.1".into()
+}

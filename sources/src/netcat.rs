@@ -29,7 +29,9 @@ use crate::lines::LineBuffer;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetcatConfig {
-    /// Address to listen on, e.g. `127.0.0.1` or `0.0.0.0`. Required. Flume: `bind`.
+    /// Address to listen on: `0.0.0.0` for every interface. Default `127.0.0.1`, reachable
+    /// from this machine only (Flume requires it). Flume: `bind`.
+    #[serde(default = "crate::loopback")]
     pub bind: String,
     /// TCP port to listen on (`0` picks a free one, logged at start). Required. Flume: `port`.
     pub port: u16,
