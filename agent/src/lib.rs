@@ -253,6 +253,14 @@ fn load_broker_config(file: &Path) -> Result<ferry_broker::BrokerConfig, topolog
             format!("invalid YAML: {e}"),
         ))
     })?;
+    let mut errors = Vec::new();
+    let node = topology::substitute_env(&node, &mut errors);
+    if !errors.is_empty() {
+        return Err(topology::Problems {
+            file: file.to_owned(),
+            errors,
+        });
+    }
     topology::parse_broker_section(&node).map_err(problems)
 }
 

@@ -158,7 +158,7 @@ pub fn parse(text: &str, registry: &Registry) -> Result<Topology, Vec<ConfigErro
 /// Replaces `${NAME}` in every value (not in keys) by the environment variable `NAME`; `$${`
 /// writes a literal `${`. This is how secrets (`sasl_password: ${KAFKA_PASSWORD}`) stay out of
 /// pipeline files. An unset variable is an error at the value; no message shows a value.
-fn substitute_env(node: &Node, errors: &mut Vec<ConfigError>) -> Node {
+pub(crate) fn substitute_env(node: &Node, errors: &mut Vec<ConfigError>) -> Node {
     substitute_env_with(node, &|name| std::env::var(name).ok(), errors)
 }
 

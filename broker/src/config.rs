@@ -379,9 +379,9 @@ pub struct UserConfig {
     pub password: Password,
 }
 
-/// A secret read from the configuration: `${NAME}` is replaced by the environment variable
-/// `NAME` (an unset one is a configuration error), anything else is taken as written. Its
-/// `Debug` never shows it, so a printed config does not either.
+/// A secret read from the configuration, as written there (the agent has replaced `${NAME}` by
+/// the environment variable `NAME` before: `agent run`, `agent broker --config` and `agent
+/// validate` all do). Its `Debug` never shows it, so a printed config does not either.
 #[derive(Clone, PartialEq)]
 pub struct Password(String);
 
@@ -395,30 +395,6 @@ impl Password {
     pub fn expose(&self) -> &str {
         &self.0
     }
-
-    /// Replaces every `${NAME}` in `text` by `lookup(NAME)`, the environment variable.
-    fn substitute(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
-        let mut out = String::with_capacity(text.len());
-        let mut rest = text;
-        while let Some(start) = rest.find("${") {
-            out.push_str(&rest[..start]);
-            let after = &rest[start + 2..];
-            let Some(end) = after.find('}') else {
-                return Err("`${` without a closing `}`".into());
-            };
-            let name = &after[..end];
-            if name.is_empty() {
-                return Err("`${}` names no environment variable".into());
-            }
-            match lookup(name) {
-                Some(value) => out.push_str(&value),
-                None => return Err(format!("environment variable `{name}` is not set")),
-            }
-            rest = &after[end + 1..];
-        }
-        out.push_str(rest);
-        Ok(out)
-    }
 }
 
 impl fmt::Debug for Password {
@@ -429,10 +405,7 @@ impl fmt::Debug for Password {
 
 impl<'de> Deserialize<'de> for Password {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        Password::substitute(&text, |name| std::env::var(name).ok())
-            .map(Password)
-            .map_err(serde::de::Error::custom)
+        String::deserialize(deserializer).map(Password)
     }
 }
 
@@ -521,30 +494,11 @@ mod tests {
     }
 
     #[test]
-    fn user_passwords_come_from_the_environment_and_never_print() {
-        let env = |name: &str| (name == "ALICE_PASSWORD").then(|| "s3cret-from-env".to_owned());
-        assert_eq!(
-            Password::substitute("${ALICE_PASSWORD}", env).unwrap(),
-            "s3cret-from-env"
-        );
-        assert_eq!(
-            Password::substitute("a${ALICE_PASSWORD}b", env).unwrap(),
-            "as3cret-from-envb"
-        );
-        assert!(Password::substitute("${ALICE_PASSWORD", env).is_err());
+    fn user_passwords_never_print() {
         let config: BrokerConfig =
             serde_json::from_str(r#"{"users": [{"name": "bob", "password": "literal-secret"}]}"#)
                 .unwrap();
         assert_eq!(config.users[0].password.expose(), "literal-secret");
         assert!(!format!("{config:?}").contains("literal-secret"));
-        let unset = serde_json::from_str::<BrokerConfig>(
-            r#"{"users": [{"name": "a", "password": "${FERRY_CONFIG_TEST_UNSET}"}]}"#,
-        );
-        assert!(
-            unset
-                .unwrap_err()
-                .to_string()
-                .contains("environment variable `FERRY_CONFIG_TEST_UNSET` is not set")
-        );
     }
 }

@@ -78,6 +78,11 @@ fn chunks<T>(mut items: Vec<T>, size: usize) -> Vec<Vec<T>> {
     out
 }
 
+/// The default address of the listening sources: this machine only.
+pub(crate) fn loopback() -> String {
+    "127.0.0.1".into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,9 +110,4 @@ mod tests {
         assert_eq!(parts, vec![vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
         assert!(chunks(Vec::<u8>::new(), 3).is_empty());
     }
-}
-
-/// The default address of the listening sources: this machine only.
-pub(crate) fn loopback() -> String {
-    "127.0.0.1".into()
 }
