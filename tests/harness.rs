@@ -65,6 +65,33 @@ pub fn broker_agent(dir: &Path, num_partitions: u32) -> (Agent, String) {
     (agent, bootstrap)
 }
 
+/// Whether the tests' clients must run rather than skip: `FERRY_REQUIRE_KCAT=1`, set by
+/// `scripts/test`, where kcat and the Python clients are provisioned.
+pub fn clients_required() -> bool {
+    std::env::var("FERRY_REQUIRE_KCAT").is_ok_and(|v| v == "1")
+}
+
+/// Whether kcat is installed (a test without it skips, unless the clients are required).
+pub fn kcat_available() -> bool {
+    let found = Command::new("kcat").arg("-V").output().is_ok();
+    assert!(
+        found || !clients_required(),
+        "kcat is required but not installed"
+    );
+    found
+}
+
+/// `$PYTHON`, the interpreter of the test virtualenv with the Kafka clients (a test without
+/// it skips, unless the clients are required).
+pub fn python() -> Option<String> {
+    let python = std::env::var("PYTHON").ok();
+    assert!(
+        python.is_some() || !clients_required(),
+        "PYTHON (the virtualenv with the Kafka clients) is required but not set"
+    );
+    python
+}
+
 /// A running `agent run` process.
 pub struct Agent {
     child: Child,

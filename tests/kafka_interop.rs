@@ -14,26 +14,7 @@ mod harness;
 use std::process::Command;
 use std::time::Duration;
 
-use harness::{Agent, read_dir_concat, wait_until};
-
-fn required() -> bool {
-    std::env::var("FERRY_REQUIRE_KCAT").is_ok_and(|v| v == "1")
-}
-
-fn kcat_available() -> bool {
-    let found = Command::new("kcat").arg("-V").output().is_ok();
-    assert!(found || !required(), "kcat is required but not installed");
-    found
-}
-
-fn python() -> Option<String> {
-    let python = std::env::var("PYTHON").ok();
-    assert!(
-        python.is_some() || !required(),
-        "PYTHON (with confluent-kafka) is required but not set"
-    );
-    python
-}
+use harness::{Agent, kcat_available, python, read_dir_concat, wait_until};
 
 /// An agent running only the bundled broker; returns it and its address.
 fn broker(dir: &std::path::Path) -> (Agent, String) {

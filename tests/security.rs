@@ -17,29 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use harness::{Agent, wait_until};
+use harness::{Agent, kcat_available, python, wait_until};
 
 const ALICE_PASSWORD: &str = "alice-pw-7f3a9c";
 const BOB_PASSWORD: &str = "bob-pw-e41d27";
-
-fn required() -> bool {
-    std::env::var("FERRY_REQUIRE_KCAT").is_ok_and(|v| v == "1")
-}
-
-fn kcat_available() -> bool {
-    let found = Command::new("kcat").arg("-V").output().is_ok();
-    assert!(found || !required(), "kcat is required but not installed");
-    found
-}
-
-fn python() -> Option<String> {
-    let python = std::env::var("PYTHON").ok();
-    assert!(
-        python.is_some() || !required(),
-        "PYTHON (with confluent-kafka and kafka-python) is required but not set"
-    );
-    python
-}
 
 /// PEM files of a CA, a server certificate and a client certificate signed by it.
 struct Certificates {
