@@ -119,14 +119,31 @@ impl Security {
     }
 }
 
-/// rustls settings from the `ssl.*` properties: the CA bundle to trust (the system's own
-/// roots are not read: a Kafka cluster's CA is named), an optional client certificate.
+/// Where systems keep their CA bundle, for `ssl.ca.location=probe`.
+const SYSTEM_CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+/// rustls settings from the `ssl.*` properties: the CA bundle to trust (a PEM file, or the
+/// system's bundle for `probe`), an optional client certificate.
 fn tls_config<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> anyhow::Result<rustls::ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     let ca = get("ssl.ca.location").context(
         "TLS needs ssl.ca.location: the PEM file of the CA that signed the brokers' certificates",
     )?;
+    // librdkafka's `probe`: the system's bundle, where Debian, Fedora and Alpine keep it.
+    let ca = if ca == "probe" {
+        SYSTEM_CA_BUNDLES
+            .iter()
+            .copied()
+            .find(|p| std::path::Path::new(p).exists())
+            .context("ssl.ca.location probe: no system CA bundle found; name the PEM file")?
+    } else {
+        ca
+    };
     for cert in CertificateDer::pem_file_iter(ca)
         .with_context(|| format!("cannot read ssl.ca.location {ca}"))?
     {
@@ -470,4 +487,58 @@ impl SaslExchange {
 
 pub(super) fn api_name(key: i16) -> String {
     ApiKey::try_from(key).map_or_else(|_| format!("API {key}"), |k| format!("{k:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn security(pairs: &[(&str, &str)]) -> anyhow::Result<Security> {
+        let properties = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Security::from_properties(&properties)
+    }
+
+    #[test]
+    fn settings_are_checked_and_errors_name_the_property() {
+        assert!(security(&[]).unwrap().tls.is_none());
+        let error = |pairs: &[(&str, &str)]| format!("{:#}", security(pairs).unwrap_err());
+        assert!(error(&[("security.protocol", "tls")]).contains("security.protocol `tls`"));
+        assert!(error(&[("security.protocol", "sasl_plaintext")]).contains("sasl.username"));
+        let no_password = [
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.username", "alice"),
+        ];
+        assert!(error(&no_password).contains("sasl.password"));
+        let gssapi = [
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", "GSSAPI"),
+        ];
+        assert!(error(&gssapi).contains("GSSAPI"));
+        assert!(error(&[("security.protocol", "ssl")]).contains("ssl.ca.location"));
+        let missing = [
+            ("security.protocol", "ssl"),
+            ("ssl.ca.location", "/nonexistent/ca.pem"),
+        ];
+        assert!(error(&missing).contains("/nonexistent/ca.pem"));
+        let sasl = security(&[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", "scram-sha-512"),
+            ("sasl.username", "alice"),
+            ("sasl.password", "pw-not-printed"),
+        ])
+        .unwrap();
+        assert!(!format!("{sasl:?}").contains("pw-not-printed"));
+        if SYSTEM_CA_BUNDLES
+            .iter()
+            .any(|p| std::path::Path::new(p).exists())
+        {
+            let probe = [("security.protocol", "ssl"), ("ssl.ca.location", "probe")];
+            assert!(security(&probe).unwrap().tls.is_some());
+        }
+    }
 }
