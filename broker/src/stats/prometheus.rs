@@ -44,18 +44,18 @@ impl BrokerCollector {
     }
 }
 
-type Labels<'a> = Vec<(&'static str, String)>;
+type Labels = Vec<(&'static str, String)>;
 
 /// A metric's name, help and how to read its value from a row of the snapshot.
 type Described<Row, V> = (&'static str, &'static str, fn(&Row) -> V);
 
 /// Encodes one metric family: `rows` of label set and value.
-fn family<'r, V: Copy + 'r>(
+fn family<V: Copy>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
     metric_type: MetricType,
-    rows: impl IntoIterator<Item = (Labels<'r>, V)>,
+    rows: impl IntoIterator<Item = (Labels, V)>,
     encode: impl Fn(V, prometheus_client::encoding::MetricEncoder<'_>) -> std::fmt::Result,
 ) -> std::fmt::Result {
     let mut metric = encoder.encode_descriptor(name, help, None, metric_type)?;
