@@ -15,10 +15,12 @@
 //! | `acls` | resource type, name and pattern type, principal, host, operation, permission type (Kafka's protocol codes) | by CreateAcls and DeleteAcls, one transaction per request; the config's `acls` at start |
 //!
 //! A committed or pending offset names an existing topic (a foreign key), so deleting a topic
-//! deletes the offsets committed for it. Producer ids only grow: an id is never handed out twice,
+//! deletes the offsets committed for it. Every committed offset is also kept in memory
+//! ([`Catalog::committed_offsets`]), updated with each write that changes one, so the broker's
+//! metrics read group lag without a query. Producer ids only grow: an id is never handed out twice,
 //! across restarts included.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -50,6 +52,8 @@ pub(crate) struct TopicRecord {
 pub(crate) struct Catalog {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// The committed offsets of `group_offsets`: group → (topic, partition) → offset.
+    committed: Mutex<GroupOffsets>,
 }
 
 const SCHEMA: &str = "
@@ -133,6 +137,9 @@ CREATE TABLE IF NOT EXISTS acls (
 );
 ";
 
+/// Committed offsets in memory: group → (topic, partition) → offset.
+pub(crate) type GroupOffsets = HashMap<String, BTreeMap<(String, i32), i64>>;
+
 /// A group as stored: what survives a restart besides its offsets.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct GroupRecord {
@@ -193,10 +200,31 @@ impl Catalog {
             .map_err(err("create the schema"))?;
         conn.execute_batch(SCRAM_SCHEMA)
             .map_err(err("create the schema"))?;
+        let committed = load_committed(&conn).map_err(err("read committed offsets"))?;
         Ok(Catalog {
             path,
             conn: Mutex::new(conn),
+            committed: Mutex::new(committed),
         })
+    }
+
+    /// Every group's committed offsets, by topic and partition, from memory: no query.
+    pub(crate) fn committed_offsets(&self) -> GroupOffsets {
+        self.committed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Applies `change` to the in-memory committed offsets, after the write that made it
+    /// durable.
+    fn mirror(&self, change: impl FnOnce(&mut GroupOffsets)) {
+        change(
+            &mut self
+                .committed
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
     }
 
     fn with<T>(
@@ -291,12 +319,19 @@ impl Catalog {
         })
     }
 
-    /// Forgets a topic and its configs.
+    /// Forgets a topic and its configs (and, by the foreign keys, its committed offsets).
     pub(crate) fn delete_topic(&self, name: &str) -> Result<(), CatalogError> {
         self.with("delete a topic", |conn| {
             conn.execute("DELETE FROM topics WHERE name = ?1", [name])
                 .map(|_| ())
-        })
+        })?;
+        self.mirror(|committed| {
+            for offsets in committed.values_mut() {
+                offsets.retain(|(topic, _), _| topic != name);
+            }
+            committed.retain(|_, offsets| !offsets.is_empty());
+        });
+        Ok(())
     }
 
     /// Records a topic's new partition count.
@@ -377,7 +412,11 @@ impl Catalog {
             tx.execute("DELETE FROM group_offsets WHERE group_id = ?1", [group_id])?;
             tx.execute("DELETE FROM groups WHERE group_id = ?1", [group_id])?;
             tx.commit()
-        })
+        })?;
+        self.mirror(|committed| {
+            committed.remove(group_id);
+        });
+        Ok(())
     }
 
     /// Stores committed offsets of a group, all or none.
@@ -408,7 +447,14 @@ impl Catalog {
                 }
             }
             tx.commit()
-        })
+        })?;
+        self.mirror(|committed| {
+            let group = committed.entry(group_id.to_owned()).or_default();
+            for o in offsets {
+                group.insert((o.topic.clone(), o.partition), o.offset);
+            }
+        });
+        Ok(())
     }
 
     /// A group's committed offsets, sorted by topic and partition.
@@ -449,7 +495,15 @@ impl Catalog {
                 }
             }
             tx.commit()
-        })
+        })?;
+        self.mirror(|committed| {
+            if let Some(group) = committed.get_mut(group_id) {
+                for (topic, partition) in partitions {
+                    group.remove(&(topic.clone(), *partition));
+                }
+            }
+        });
+        Ok(())
     }
 
     /// Deletes a group's offsets committed before `cutoff_ms`; returns how many went.
@@ -458,12 +512,17 @@ impl Catalog {
         group_id: &str,
         cutoff_ms: i64,
     ) -> Result<usize, CatalogError> {
-        self.with("expire committed offsets", |conn| {
-            conn.execute(
+        let (deleted, left) = self.with("expire committed offsets", |conn| {
+            let deleted = conn.execute(
                 "DELETE FROM group_offsets WHERE group_id = ?1 AND commit_timestamp < ?2",
                 params![group_id, cutoff_ms],
-            )
-        })
+            )?;
+            Ok((deleted, group_committed(conn, group_id)?))
+        })?;
+        self.mirror(|committed| {
+            committed.insert(group_id.to_owned(), left);
+        });
+        Ok(deleted)
     }
 
     /// Hands out a producer id never handed out before (the counter is durable).
@@ -544,8 +603,19 @@ impl Catalog {
         txn: &TransactionRecord,
         commit: bool,
     ) -> Result<usize, CatalogError> {
-        self.with("complete a transaction", |conn| {
+        let mut applied = Vec::new();
+        let moved = self.with("complete a transaction", |conn| {
             let tx = conn.transaction()?;
+            if commit {
+                let mut stmt = tx.prepare_cached(
+                    "SELECT group_id, topic, partition, committed_offset FROM txn_pending_offsets
+                     WHERE transactional_id = ?1",
+                )?;
+                let rows = stmt.query_map([&txn.transactional_id], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?;
+                applied = rows.collect::<rusqlite::Result<Vec<(String, String, i32, i64)>>>()?;
+            }
             let moved = if commit {
                 tx.execute(
                     "INSERT INTO group_offsets (group_id, topic, partition, committed_offset,
@@ -568,7 +638,16 @@ impl Catalog {
             save_transaction(&tx, txn)?;
             tx.commit()?;
             Ok(moved)
-        })
+        })?;
+        self.mirror(|committed| {
+            for (group, topic, partition, offset) in applied {
+                committed
+                    .entry(group)
+                    .or_default()
+                    .insert((topic, partition), offset);
+            }
+        });
+        Ok(moved)
     }
 
     /// Forgets a transactional id, its partitions, groups and pending offsets.
@@ -853,4 +932,34 @@ impl Catalog {
             tx.commit()
         })
     }
+}
+
+/// Every committed offset, by group, topic and partition.
+fn load_committed(conn: &Connection) -> rusqlite::Result<GroupOffsets> {
+    let mut stmt =
+        conn.prepare("SELECT group_id, topic, partition, committed_offset FROM group_offsets")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+    })?;
+    let mut committed: GroupOffsets = HashMap::new();
+    for row in rows {
+        let (group, topic, partition, offset) = row?;
+        committed
+            .entry(group)
+            .or_default()
+            .insert((topic, partition), offset);
+    }
+    Ok(committed)
+}
+
+/// One group's committed offsets, by topic and partition.
+fn group_committed(
+    conn: &Connection,
+    group_id: &str,
+) -> rusqlite::Result<BTreeMap<(String, i32), i64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT topic, partition, committed_offset FROM group_offsets WHERE group_id = ?1",
+    )?;
+    let rows = stmt.query_map([group_id], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?;
+    rows.collect()
 }

@@ -41,6 +41,7 @@ use crate::config::SaslMechanism;
 use crate::log::{FileSlice, StorageError};
 use crate::security::sasl::Authenticator;
 use crate::security::{SESSION, Session, tls};
+use crate::stats::ListenerCounters;
 
 /// Smallest request: api key, version, correlation id.
 const MIN_REQUEST: usize = 8;
@@ -72,6 +73,8 @@ pub(crate) struct Listener {
     pub(crate) mechanisms: Vec<SaslMechanism>,
     /// The host and port its clients are given in metadata.
     pub(crate) advertised: (String, i32),
+    /// Its connections, counted where they are accepted and end.
+    pub(crate) counters: Arc<ListenerCounters>,
 }
 
 /// A connection's byte stream: plain TCP, or TLS over it.

@@ -9,6 +9,8 @@
 //! - `txn`: the transaction coordinator (producer ids, transactions, transactional offsets).
 //! - `security`: who a request comes from (its principal and host): TLS, SASL, SCRAM users;
 //!   and what its ACLs allow.
+//! - [`stats`](BrokerObserver): what the broker reports about itself, as data and as
+//!   Prometheus metrics.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), ferry_broker::BrokerError> {
@@ -28,6 +30,7 @@ mod groups;
 mod log;
 mod security;
 mod server;
+mod stats;
 mod topic_config;
 mod topics;
 mod txn;
@@ -46,3 +49,8 @@ pub use security::{
     AclBinding, AclOperation, AclPermissionType, CLUSTER_NAME, PatternType, ResourceType,
 };
 pub use server::{Broker, BrokerError, BrokerHandle, PartitionInfo, TopicInfo};
+pub use stats::{
+    ApiStats, BrokerCollector, BrokerObserver, BrokerStats, ErrorCount, GroupStats, LatencyBucket,
+    LatencyHistogram, ListenerStats, MemberStats, PartitionLag, PartitionStats, TopicPartition,
+    TopicStats, TransactionStats,
+};

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -19,6 +20,7 @@ use crate::groups::GroupCoordinator;
 use crate::security::Authorizer;
 use crate::security::credentials::Credentials;
 use crate::security::tls::{self, TlsError};
+use crate::stats::{BrokerCollector, BrokerObserver, BrokerStats, Counters, ListenerCounters};
 use crate::topics::{TopicError, Topics};
 use crate::txn::TxnCoordinator;
 
@@ -188,6 +190,7 @@ impl Broker {
             warn_if_open(listener, &name, local_addr);
             let advertised = advertised(listener.advertised.as_deref(), local_addr);
             let settings = Listener {
+                counters: Arc::new(ListenerCounters::new(name.clone())),
                 name,
                 tls,
                 mechanisms: listener.mechanisms(),
@@ -232,7 +235,12 @@ impl Broker {
             .first()
             .map(|(_, _, listener)| listener.advertised.clone())
             .unwrap_or_default();
+        let listener_counters = bound
+            .iter()
+            .map(|(_, _, settings)| Arc::clone(&settings.counters))
+            .collect();
         let ctx = Arc::new(Context {
+            stats: Counters::new(listener_counters),
             topics,
             groups,
             txns,
@@ -398,13 +406,19 @@ async fn accept(
         match accepted {
             Ok((stream, peer)) => {
                 tracing::debug!(%peer, listener = %listener.name, "connection accepted");
-                tracker.spawn(connection::serve(
+                let counters = Arc::clone(&listener.counters);
+                counters.accepted.fetch_add(1, Relaxed);
+                let serve = connection::serve(
                     Arc::clone(&ctx),
                     stream,
                     peer,
                     Arc::clone(&listener),
                     limits,
-                ));
+                );
+                tracker.spawn(async move {
+                    serve.await;
+                    counters.closed.fetch_add(1, Relaxed);
+                });
             }
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -517,6 +531,27 @@ impl BrokerHandle {
                     .collect(),
             })
             .collect()
+    }
+
+    /// A view of this broker's state for metrics and dashboards, that lives on independently
+    /// of the handle (see [`BrokerObserver`]).
+    pub fn observer(&self) -> BrokerObserver {
+        BrokerObserver::new(Arc::clone(&self.ctx), &self.listeners)
+    }
+
+    /// Everything the broker reports, now: [`BrokerObserver::stats`].
+    pub fn stats(&self) -> BrokerStats {
+        self.observer().stats()
+    }
+
+    /// A Prometheus collector of the broker's metrics: [`BrokerObserver::collector`].
+    pub fn collector(&self) -> BrokerCollector {
+        self.observer().collector()
+    }
+
+    /// Registers the broker's metrics in `registry`: [`BrokerObserver::register_metrics`].
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.observer().register_metrics(registry);
     }
 
     /// Stops accepting, lets every connection finish its current request, fsyncs all logs.

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use crate::catalog::{Catalog, CatalogError, TopicRecord};
 use crate::config::BrokerConfig;
 use crate::log::{PartitionLog, StorageError};
+use crate::stats::TopicCounters;
 use crate::topic_config::{LogConfig, TopicConfigError};
 
 /// Why a topic operation failed; each maps to a Kafka error code.
@@ -70,6 +71,8 @@ pub(crate) struct Topic {
     pub(crate) id: Uuid,
     pub(crate) partitions: Vec<Arc<Partition>>,
     pub(crate) configs: BTreeMap<String, String>,
+    /// Its traffic; the same counters across partition additions and config changes.
+    pub(crate) counters: Arc<TopicCounters>,
 }
 
 impl Topic {
@@ -173,6 +176,7 @@ impl Topics {
                 id: record.id,
                 partitions,
                 configs: record.configs,
+                counters: Arc::default(),
             };
             topics.insert(record.name, Arc::new(topic));
         }
@@ -297,6 +301,7 @@ impl Topics {
             id: record.id,
             partitions: parts,
             configs: record.configs,
+            counters: Arc::default(),
         });
         if !validate_only {
             topics.insert(name.to_owned(), Arc::clone(&topic));
@@ -369,6 +374,7 @@ impl Topics {
             id: topic.id,
             partitions,
             configs: topic.configs.clone(),
+            counters: Arc::clone(&topic.counters),
         };
         topics.insert(name.to_owned(), Arc::new(grown));
         Ok(())
@@ -399,6 +405,7 @@ impl Topics {
             id: topic.id,
             partitions: topic.partitions.clone(),
             configs,
+            counters: Arc::clone(&topic.counters),
         };
         topics.insert(name.to_owned(), Arc::new(changed));
         Ok(())

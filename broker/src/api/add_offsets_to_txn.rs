@@ -24,6 +24,10 @@ impl Handler for AddOffsetsToTxn {
     type Request = AddOffsetsToTxnRequest;
     type Response = AddOffsetsToTxnResponse;
 
+    fn error_codes(response: &AddOffsetsToTxnResponse, count: &mut dyn FnMut(i16)) {
+        count(response.error_code);
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

@@ -30,6 +30,17 @@ impl Handler for AddPartitionsToTxn {
     type Request = AddPartitionsToTxnRequest;
     type Response = AddPartitionsToTxnResponse;
 
+    fn error_codes(response: &AddPartitionsToTxnResponse, count: &mut dyn FnMut(i16)) {
+        count(response.error_code);
+        for txn in &response.results_by_transaction {
+            for topic in &txn.topic_results {
+                for p in &topic.results_by_partition {
+                    count(p.partition_error_code);
+                }
+            }
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

@@ -93,6 +93,12 @@ impl Handler for CreateTopics {
     type Request = CreateTopicsRequest;
     type Response = CreateTopicsResponse;
 
+    fn error_codes(response: &CreateTopicsResponse, count: &mut dyn FnMut(i16)) {
+        for topic in &response.topics {
+            count(topic.error_code);
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         _: &RequestHeader,

@@ -46,6 +46,12 @@ impl Handler for DeleteTopics {
     type Request = DeleteTopicsRequest;
     type Response = DeleteTopicsResponse;
 
+    fn error_codes(response: &DeleteTopicsResponse, count: &mut dyn FnMut(i16)) {
+        for topic in &response.responses {
+            count(topic.error_code);
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         _: &RequestHeader,

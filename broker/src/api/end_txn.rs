@@ -24,6 +24,10 @@ impl Handler for EndTxn {
     type Request = EndTxnRequest;
     type Response = EndTxnResponse;
 
+    fn error_codes(response: &EndTxnResponse, count: &mut dyn FnMut(i16)) {
+        count(response.error_code);
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

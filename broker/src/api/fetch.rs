@@ -42,6 +42,7 @@ use tokio::time::Instant;
 use super::{ApiError, Context, Frame, Handler, IntoFrame, encode_error, encode_response};
 use crate::log::{FileSlice, Read};
 use crate::security::{AclOperation, Resource};
+use crate::stats::TopicCounters;
 
 pub(super) struct Fetch;
 
@@ -68,11 +69,13 @@ fn collect(
     topics: &[FetchTopic],
     max_bytes: usize,
     records: &mut Vec<FileSlice>,
+    sent: &mut Vec<(Arc<TopicCounters>, u64, u64)>,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut remaining = max_bytes;
     let mut total = 0usize;
     let mut any_error = false;
     records.clear();
+    sent.clear();
     let mut out = Vec::with_capacity(topics.len());
     for wanted in topics {
         let topic = if version >= TOPIC_IDS_FROM {
@@ -92,6 +95,7 @@ fn collect(
             Some(wanted.topic.0.as_str())
         };
         let denied = name.is_some_and(|n| !ctx.authorize(AclOperation::Read, Resource::topic(n)));
+        let (mut bytes_out, mut records_out) = (0u64, 0u64);
         let partitions = wanted
             .partitions
             .iter()
@@ -137,6 +141,8 @@ fn collect(
                     Ok(Some(Read::Slice(slice))) if slice.len() > 0 => {
                         total += slice.len();
                         remaining = remaining.saturating_sub(slice.len());
+                        bytes_out += slice.len() as u64;
+                        records_out += slice.offsets();
                         records.push(slice);
                         data.with_records(Some(PLACEHOLDER.clone()))
                     }
@@ -153,6 +159,9 @@ fn collect(
                 }
             })
             .collect();
+        if let Some(topic) = topic.as_ref().filter(|_| bytes_out > 0) {
+            sent.push((Arc::clone(&topic.counters), bytes_out, records_out));
+        }
         let name = topic.as_ref().map_or_else(
             || wanted.topic.clone(),
             |t| TopicName(StrBytes::from_string(t.name.clone())),
@@ -174,6 +183,15 @@ impl Handler for Fetch {
     type Request = FetchRequest;
     type Response = FetchReply;
 
+    fn error_codes(response: &FetchReply, count: &mut dyn FnMut(i16)) {
+        count(response.response.error_code);
+        for topic in &response.response.responses {
+            for p in &topic.partitions {
+                count(p.error_code);
+            }
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,
@@ -186,6 +204,7 @@ impl Handler for Fetch {
         let deadline =
             Instant::now() + Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
         let mut records = Vec::new();
+        let mut sent = Vec::new();
         loop {
             // Register for the wake-up before looking, so an append in between is not missed.
             let appended = ctx.appended.notified();
@@ -198,12 +217,17 @@ impl Handler for Fetch {
                 &request.topics,
                 max_bytes,
                 &mut records,
+                &mut sent,
             );
             if total >= min_bytes
                 || any_error
                 || Instant::now() >= deadline
                 || ctx.shutdown.is_cancelled()
             {
+                // Counted when answered: a long poll looks again, and only its last look is sent.
+                for (counters, bytes, offsets) in &sent {
+                    counters.fetched(*bytes, *offsets);
+                }
                 return Some(FetchReply {
                     response: FetchResponse::default().with_responses(responses),
                     records,

@@ -56,6 +56,13 @@ impl Handler for FindCoordinator {
     type Request = FindCoordinatorRequest;
     type Response = FindCoordinatorResponse;
 
+    fn error_codes(response: &FindCoordinatorResponse, count: &mut dyn FnMut(i16)) {
+        count(response.error_code);
+        for coordinator in &response.coordinators {
+            count(coordinator.error_code);
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

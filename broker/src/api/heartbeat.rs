@@ -18,6 +18,10 @@ impl Handler for Heartbeat {
     type Request = HeartbeatRequest;
     type Response = HeartbeatResponse;
 
+    fn error_codes(response: &HeartbeatResponse, count: &mut dyn FnMut(i16)) {
+        count(response.error_code);
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         _: &RequestHeader,

@@ -27,6 +27,10 @@ impl Handler for InitProducerId {
     type Request = InitProducerIdRequest;
     type Response = InitProducerIdResponse;
 
+    fn error_codes(response: &InitProducerIdResponse, count: &mut dyn FnMut(i16)) {
+        count(response.error_code);
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

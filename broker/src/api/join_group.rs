@@ -58,6 +58,10 @@ impl Handler for JoinGroup {
     type Request = JoinGroupRequest;
     type Response = JoinGroupResponse;
 
+    fn error_codes(response: &JoinGroupResponse, count: &mut dyn FnMut(i16)) {
+        count(response.error_code);
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

@@ -21,6 +21,13 @@ impl Handler for LeaveGroup {
     type Request = LeaveGroupRequest;
     type Response = LeaveGroupResponse;
 
+    fn error_codes(response: &LeaveGroupResponse, count: &mut dyn FnMut(i16)) {
+        count(response.error_code);
+        for member in &response.members {
+            count(member.error_code);
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

@@ -27,6 +27,14 @@ impl Handler for ListOffsets {
     type Request = ListOffsetsRequest;
     type Response = ListOffsetsResponse;
 
+    fn error_codes(response: &ListOffsetsResponse, count: &mut dyn FnMut(i16)) {
+        for topic in &response.topics {
+            for p in &topic.partitions {
+                count(p.error_code);
+            }
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

@@ -51,6 +51,15 @@ impl Handler for Metadata {
     type Request = MetadataRequest;
     type Response = MetadataResponse;
 
+    fn error_codes(response: &MetadataResponse, count: &mut dyn FnMut(i16)) {
+        for topic in &response.topics {
+            count(topic.error_code);
+            for p in &topic.partitions {
+                count(p.error_code);
+            }
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

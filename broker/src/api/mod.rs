@@ -49,6 +49,7 @@ mod txn_offset_commit;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
@@ -61,6 +62,7 @@ use crate::groups::{self, GroupCoordinator};
 use crate::log::FileSlice;
 use crate::security::credentials::Credentials;
 use crate::security::{AclOperation, Authorizer, Resource, ResourceType};
+use crate::stats::Counters;
 use crate::topics::{Topic, TopicError, Topics};
 use crate::txn::TxnCoordinator;
 
@@ -92,6 +94,8 @@ pub(crate) struct Context {
     pub(crate) host: String,
     pub(crate) port: i32,
     pub(crate) cluster_id: String,
+    /// The request and connection counters (see [`crate::stats`]).
+    pub(crate) stats: Counters,
 }
 
 impl Context {
@@ -319,6 +323,10 @@ pub(crate) trait Handler {
         header: &RequestHeader,
         request: Self::Request,
     ) -> impl Future<Output = Option<Self::Response>> + Send;
+    /// Calls `count` with each error code of a response, as Kafka's `errorCounts` lists them
+    /// for its `ErrorsPerSec` metric (a top-level code, then one per partition, topic or
+    /// group); NONE may be passed and is not counted. By default nothing is counted.
+    fn error_codes(_response: &Self::Response, _count: &mut dyn FnMut(i16)) {}
 }
 
 /// An encoded response frame. The records of a Fetch response are not in `bytes`: they are
@@ -371,6 +379,7 @@ impl Route {
         body: Bytes,
     ) -> Reply<'a> {
         if let Err(e) = self.shape.check(&body, header.request_api_version) {
+            count_undecodable(ctx, self.key, Instant::now());
             let error = ApiError::Decode {
                 api: self.key,
                 version: header.request_api_version,
@@ -443,12 +452,31 @@ fn serve<'a, H: Handler + 'static>(
     body: Bytes,
 ) -> Reply<'a> {
     Box::pin(async move {
-        let request = decode_request::<H>(&header, body)?;
-        let Some(response) = H::handle(ctx, &header, request).await else {
+        let started = Instant::now();
+        let request = decode_request::<H>(&header, body).inspect_err(|_| {
+            count_undecodable(ctx, H::KEY, started);
+        })?;
+        let response = H::handle(ctx, &header, request).await;
+        if let Some(counters) = ctx.stats.requests.api(H::KEY) {
+            if let Some(response) = &response {
+                H::error_codes(response, &mut |code| counters.error(code));
+            }
+            counters.served(started.elapsed());
+        }
+        let Some(response) = response else {
             return Ok(None);
         };
         response_frame::<H>(&header, response).map(Some)
     })
+}
+
+/// Counts a request that did not decode (the connection is closed after it) as one that got
+/// INVALID_REQUEST.
+fn count_undecodable(ctx: &Context, key: ApiKey, started: Instant) {
+    if let Some(counters) = ctx.stats.requests.api(key) {
+        counters.error(ResponseError::InvalidRequest.code());
+        counters.served(started.elapsed());
+    }
 }
 
 /// Checks a request body against `H`'s shape and decodes it.
@@ -543,6 +571,7 @@ pub(crate) mod tests {
             host: "127.0.0.1".into(),
             port: 9092,
             cluster_id: "test-cluster".into(),
+            stats: Counters::new(Vec::new()),
         })
     }
 

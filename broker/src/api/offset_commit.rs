@@ -26,6 +26,14 @@ impl Handler for OffsetCommit {
     type Request = OffsetCommitRequest;
     type Response = OffsetCommitResponse;
 
+    fn error_codes(response: &OffsetCommitResponse, count: &mut dyn FnMut(i16)) {
+        for topic in &response.topics {
+            for p in &topic.partitions {
+                count(p.error_code);
+            }
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

@@ -128,6 +128,23 @@ impl Handler for OffsetFetch {
     type Request = OffsetFetchRequest;
     type Response = OffsetFetchResponse;
 
+    fn error_codes(response: &OffsetFetchResponse, count: &mut dyn FnMut(i16)) {
+        count(response.error_code);
+        for topic in &response.topics {
+            for p in &topic.partitions {
+                count(p.error_code);
+            }
+        }
+        for group in &response.groups {
+            count(group.error_code);
+            for topic in &group.topics {
+                for p in &topic.partitions {
+                    count(p.error_code);
+                }
+            }
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

@@ -58,9 +58,13 @@ fn append(topic: &Topic, index: i32, records: Option<&[u8]>) -> PartitionProduce
         return fail(ResponseError::MessageTooLarge);
     }
     match log.append(&mut bytes, &mut headers) {
-        Ok(base_offset) => response
-            .with_base_offset(base_offset)
-            .with_log_start_offset(log.log_start_offset()),
+        Ok(base_offset) => {
+            let records = headers.iter().map(|(_, h)| h.record_count.max(0) as u64);
+            topic.counters.produced(bytes.len() as u64, records.sum());
+            response
+                .with_base_offset(base_offset)
+                .with_log_start_offset(log.log_start_offset())
+        }
         Err(AppendError::Storage(e)) => {
             tracing::error!(topic = %topic.name, partition = index, error = %e, "append failed");
             fail(ResponseError::KafkaStorageError)
@@ -86,6 +90,14 @@ impl Handler for Produce {
     const SHAPE: &'static super::shape::Shape = &super::shape::PRODUCE;
     type Request = ProduceRequest;
     type Response = ProduceResponse;
+
+    fn error_codes(response: &ProduceResponse, count: &mut dyn FnMut(i16)) {
+        for topic in &response.responses {
+            for p in &topic.partition_responses {
+                count(p.error_code);
+            }
+        }
+    }
 
     async fn handle(
         ctx: &Arc<Context>,

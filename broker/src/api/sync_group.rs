@@ -23,6 +23,10 @@ impl Handler for SyncGroup {
     type Request = SyncGroupRequest;
     type Response = SyncGroupResponse;
 
+    fn error_codes(response: &SyncGroupResponse, count: &mut dyn FnMut(i16)) {
+        count(response.error_code);
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

@@ -61,6 +61,14 @@ impl Handler for TxnOffsetCommit {
     type Request = TxnOffsetCommitRequest;
     type Response = TxnOffsetCommitResponse;
 
+    fn error_codes(response: &TxnOffsetCommitResponse, count: &mut dyn FnMut(i16)) {
+        for topic in &response.topics {
+            for p in &topic.partitions {
+                count(p.error_code);
+            }
+        }
+    }
+
     async fn handle(
         ctx: &Arc<Context>,
         header: &RequestHeader,

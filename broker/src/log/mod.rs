@@ -650,6 +650,35 @@ mod tests {
         log.append(&mut bytes, &mut headers).unwrap()
     }
 
+    /// The offsets a fetched range spans, for the consumer traffic counters, whichever way the
+    /// range ends: at its first batch, in the middle of the segment, at the segment's end, at
+    /// the upper bound.
+    #[test]
+    fn a_read_range_knows_how_many_offsets_it_spans() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(1 << 20), true).unwrap();
+        for i in 0..10 {
+            append(&mut log, 3, 1000 + i);
+        }
+        let size = log.size_bytes() as usize / 10;
+        let spans = |offset, max_bytes, upper| match log.read(offset, max_bytes, true, upper) {
+            Ok(Some(Read::Slice(slice))) => (slice.len() / size, slice.offsets()),
+            _ => panic!("nothing at {offset}"),
+        };
+        assert_eq!(spans(0, 1, i64::MAX), (1, 3), "the first batch alone");
+        assert_eq!(
+            spans(4, size * 3, i64::MAX),
+            (3, 9),
+            "three batches mid-segment"
+        );
+        assert_eq!(
+            spans(3, usize::MAX, i64::MAX),
+            (9, 27),
+            "to the segment's end"
+        );
+        assert_eq!(spans(0, usize::MAX, 15), (5, 15), "to the upper bound");
+    }
+
     #[test]
     fn reads_back_whole_batches_from_any_offset_across_segments() {
         let dir = tempfile::tempdir().unwrap();

@@ -499,12 +499,33 @@ impl Segment {
         } else {
             position
         };
+        // The offset after the range, for the consumer traffic counters: known without a read
+        // but where the range stops before the segment's end after more than one batch.
+        let next = if end == position {
+            first.base_offset
+        } else if end == first_end {
+            first.last_offset() + 1
+        } else if end == self.size {
+            self.next_offset
+        } else {
+            self.base_offset_at(end)?
+        };
         Ok(Some(FileSlice {
             file: Arc::clone(&self.log),
             path: self.log_path.clone(),
             position,
             len: (end - position) as usize,
+            offsets: u64::try_from(next - first.base_offset).unwrap_or(0),
         }))
+    }
+
+    /// The base offset of the batch at `position`.
+    fn base_offset_at(&self, position: u64) -> Result<i64, StorageError> {
+        let mut base = [0u8; 8];
+        self.log
+            .read_exact_at(&mut base, position)
+            .map_err(io_err(&self.log_path, "read"))?;
+        Ok(i64::from_be_bytes(base))
     }
 
     /// The end of the last whole batch that ends at or before `limit`, walking batch headers
@@ -663,12 +684,19 @@ pub(crate) struct FileSlice {
     path: PathBuf,
     position: u64,
     len: usize,
+    /// Offsets its batches span (records, control records included).
+    offsets: u64,
 }
 
 impl FileSlice {
     /// Bytes in the range.
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// How many offsets its batches span: the records, control records included.
+    pub(crate) fn offsets(&self) -> u64 {
+        self.offsets
     }
 
     /// The file and where the range starts in it, to send it with `sendfile`.
