@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use ferry_core::config::ByteSize;
 use ferry_core::{
-    Acknowledgement, Channel, ChannelError, ComponentConfig, ComponentMetrics, Counter, Event,
-    PutBatch, Registry, TakeTransaction, async_trait,
+    Acknowledgement, Channel, ChannelError, ComponentConfig, Event, PutBatch, Registry,
+    TakeTransaction, async_trait,
 };
 use serde::Deserialize;
 use tokio::sync::{Notify, Semaphore, TryAcquireError};
@@ -62,12 +62,6 @@ struct Shared {
     byte_capacity: u64,
     /// Woken when events are put or returned by a rollback.
     available: Notify,
-    metrics: ComponentMetrics,
-    size: Counter,
-    put_attempts: Counter,
-    put_successes: Counter,
-    take_attempts: Counter,
-    take_successes: Counter,
 }
 
 /// A bounded in-memory channel.
@@ -77,10 +71,6 @@ pub struct MemoryChannel(Arc<Shared>);
 impl MemoryChannel {
     /// A channel named `name` with the given limits.
     pub fn new(name: &str, options: &MemoryChannelConfig) -> Self {
-        let metrics = ComponentMetrics::new("channel", name);
-        metrics
-            .counter("ChannelCapacity")
-            .set(options.capacity as u64);
         let byte_capacity = options
             .byte_capacity
             .map(|b| b.bytes().min(Semaphore::MAX_PERMITS as u64));
@@ -93,12 +83,6 @@ impl MemoryChannel {
             bytes: byte_capacity.map(|b| Semaphore::new(b as usize)),
             byte_capacity: byte_capacity.unwrap_or(u64::MAX),
             available: Notify::new(),
-            size: metrics.counter("ChannelSize"),
-            put_attempts: metrics.counter("EventPutAttemptCount"),
-            put_successes: metrics.counter("EventPutSuccessCount"),
-            take_attempts: metrics.counter("EventTakeAttemptCount"),
-            take_successes: metrics.counter("EventTakeSuccessCount"),
-            metrics,
         }))
     }
 
@@ -137,7 +121,6 @@ impl MemoryChannel {
     }
 
     fn store(&self, batch: PutBatch) {
-        let n = batch.events.len();
         {
             let mut queue = self.0.lock_queue();
             queue.extend(batch.events.into_iter().map(|event| Entry {
@@ -145,8 +128,6 @@ impl MemoryChannel {
                 ack: batch.ack.clone(),
             }));
         }
-        self.0.size.add(n as u64);
-        self.0.put_successes.add(n as u64);
         self.0.available.notify_waiters();
     }
 }
@@ -173,7 +154,6 @@ impl Channel for MemoryChannel {
     }
 
     async fn put(&self, batch: PutBatch) -> Result<(), ChannelError> {
-        self.0.put_attempts.add(batch.events.len() as u64);
         let (n, bytes) = self.check_batch(&batch)?;
         let closed = || ChannelError::Storage {
             channel: self.0.name.clone(),
@@ -197,7 +177,6 @@ impl Channel for MemoryChannel {
     }
 
     async fn try_put(&self, batch: PutBatch) -> Result<(), ChannelError> {
-        self.0.put_attempts.add(batch.events.len() as u64);
         let (n, bytes) = self.check_batch(&batch)?;
         let full = || ChannelError::Full {
             channel: self.0.name.clone(),
@@ -236,8 +215,6 @@ impl Channel for MemoryChannel {
                 queue.drain(..n).collect()
             };
             if !entries.is_empty() || tokio::time::timeout_at(deadline, notified).await.is_err() {
-                self.0.take_attempts.inc();
-                self.0.take_successes.add(entries.len() as u64);
                 let (events, acks) = entries.into_iter().map(|e| (e.event, e.ack)).unzip();
                 return Ok(Box::new(MemoryTake {
                     channel: Arc::clone(&self.0),
@@ -262,10 +239,6 @@ impl Channel for MemoryChannel {
 
     fn capacity(&self) -> usize {
         self.0.capacity
-    }
-
-    fn metrics(&self) -> Option<&ComponentMetrics> {
-        Some(&self.0.metrics)
     }
 }
 
@@ -293,7 +266,6 @@ impl MemoryTake {
                 0
             };
             Acknowledgement::delivered_all(&acks);
-            channel.size.sub(acks.len() as u64);
             channel.release(acks.len(), bytes);
         } else {
             let events = std::mem::take(&mut self.events);
