@@ -29,10 +29,14 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// The text of a shipped pipeline with `replacements` applied; each pattern must occur.
+/// The text of a shipped pipeline with `replacements` applied; each pattern must occur. The
+/// HTTP server a shipped pipeline opens on 127.0.0.1:8048 moves to a free port, so that
+/// tests can run side by side.
 pub fn pipeline(name: &str, replacements: &[(&str, &str)]) -> String {
     let path = repo_root().join("pipelines").join(name);
-    let mut text = fs::read_to_string(&path).unwrap();
+    let mut text = fs::read_to_string(&path)
+        .unwrap()
+        .replace("http: 127.0.0.1:8048", "http: 127.0.0.1:0");
     for (from, to) in replacements {
         assert!(text.contains(from), "{name} no longer contains `{from}`");
         text = text.replace(from, to);

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use ferry_core::{Registry, Shutdown};
 
+pub mod http;
 pub mod runtime;
 pub mod tools;
 pub mod topology;
@@ -145,11 +146,15 @@ fn tool(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// Logs to standard error: `RUST_LOG` filters (default `info`), text or JSON lines, colours
+/// only when standard error is a terminal.
 fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -21,12 +21,13 @@ use ferry_broker::Broker;
 use ferry_core::state::StateStore;
 use ferry_core::{
     Channel, CheckpointStore, ComponentMetrics, Counter, Pipelining, Shutdown, Sink, SinkBatch,
-    SinkContext, SinkError, SourceContext, TakeTransaction,
+    SinkContext, SinkError, SourceContext, SourceOptions, TakeTransaction,
 };
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use crate::http::{HttpServer, PipelineMetrics};
 use crate::topology::{SinkSpec, SourceSpec, Topology};
 
 /// How long a sink runner waits for events before calling the sink's `idle`.
@@ -53,13 +54,28 @@ pub async fn run(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let result = run_pipeline(topology, stop.clone()).await;
-    if let Some(broker) = broker {
-        if result.is_ok() {
-            // With a broker the agent serves until it is told to stop, even when every
-            // source has ended.
-            stop.wait().await;
+    // The HTTP server comes next and also goes after the pipeline, so that the drain can be
+    // watched.
+    let http_stop = Shutdown::new();
+    let http = match topology.agent.http {
+        Some(address) => {
+            let server = HttpServer::new(PipelineMetrics::new(&topology));
+            Some(server.start(address, http_stop.clone()).await?)
         }
+        None => None,
+    };
+    let serves_until_stopped = broker.is_some() || http.is_some();
+    let result = run_pipeline(topology, stop.clone()).await;
+    if serves_until_stopped && result.is_ok() {
+        // With a broker or an HTTP server the agent serves until it is told to stop, even
+        // when every source has ended.
+        stop.wait().await;
+    }
+    if let Some(http) = http {
+        http_stop.trigger();
+        http.stopped().await;
+    }
+    if let Some(broker) = broker {
         broker.shutdown().await;
         info!("bundled broker stopped");
     }
@@ -88,7 +104,10 @@ async fn run_pipeline(topology: Topology, stop: Shutdown) -> anyhow::Result<()> 
             .start()
             .await
             .with_context(|| format!("starting channel `{}`", channel.name()))?;
+        channel.metrics().started();
+        info!(channel = %channel.name(), events = channel.len(), "channel started");
     }
+    let full_channel_warning = topology.agent.full_channel_warning;
     let store: Arc<dyn CheckpointStore> = Arc::new(state.clone());
     let source_stop = stop.child();
     let drain = Shutdown::new();
@@ -96,7 +115,12 @@ async fn run_pipeline(topology: Topology, stop: Shutdown) -> anyhow::Result<()> 
     let has_sources = !topology.sources.is_empty();
     let mut sources = JoinSet::new();
     for spec in topology.sources {
-        sources.spawn(run_source(spec, source_stop.clone(), Arc::clone(&store)));
+        sources.spawn(run_source(
+            spec,
+            source_stop.clone(),
+            Arc::clone(&store),
+            full_channel_warning,
+        ));
     }
     let mut sinks = JoinSet::new();
     for spec in topology.sinks {
@@ -125,6 +149,10 @@ async fn run_pipeline(topology: Topology, stop: Shutdown) -> anyhow::Result<()> 
             error!(error = %e, "a sink task panicked");
         }
     }
+    for channel in topology.channels.values() {
+        channel.metrics().stopped();
+        info!(channel = %channel.name(), events = channel.len(), "channel stopped");
+    }
     info!("pipeline stopped");
     Ok(())
 }
@@ -144,7 +172,28 @@ async fn backoff_or_stop(backoff: &mut Duration, stop: &Shutdown) -> bool {
     }
 }
 
-async fn run_source(spec: SourceSpec, stop: Shutdown, store: Arc<dyn CheckpointStore>) {
+async fn run_source(
+    spec: SourceSpec,
+    stop: Shutdown,
+    store: Arc<dyn CheckpointStore>,
+    full_channel_warning: Duration,
+) {
+    let metrics = spec.metrics.clone();
+    let type_name = spec.config.type_name().to_owned();
+    metrics.started();
+    info!(source = %spec.name, r#type = %type_name, "source started");
+    run_source_until_done(spec, stop, store, full_channel_warning).await;
+    metrics.stopped();
+    info!(source = %metrics.name(), r#type = %type_name, "source stopped");
+}
+
+/// Runs a source, restarting it after a failure, until it finishes or the agent stops.
+async fn run_source_until_done(
+    spec: SourceSpec,
+    stop: Shutdown,
+    store: Arc<dyn CheckpointStore>,
+    full_channel_warning: Duration,
+) {
     let SourceSpec {
         name,
         mut source,
@@ -152,19 +201,26 @@ async fn run_source(spec: SourceSpec, stop: Shutdown, store: Arc<dyn CheckpointS
         factory,
         channels,
         interceptors,
+        metrics,
     } = spec;
+    let options = SourceOptions {
+        metrics: metrics.clone(),
+        full_channel_warning,
+    };
     let mut backoff = MIN_BACKOFF;
     loop {
-        let ctx = match SourceContext::new(
+        let ctx = match SourceContext::with_options(
             name.clone(),
             channels.clone(),
             interceptors.clone(),
             stop.clone(),
             Arc::clone(&store),
+            options.clone(),
         ) {
             Ok(ctx) => ctx,
             Err(e) => {
                 error!(source = %name, error = %e, "cannot load the checkpoint; retrying after backoff");
+                metrics.failed(format!("cannot load the checkpoint: {e}"));
                 if backoff_or_stop(&mut backoff, &stop).await {
                     return;
                 }
@@ -179,6 +235,7 @@ async fn run_source(spec: SourceSpec, stop: Shutdown, store: Arc<dyn CheckpointS
             }
             Err(e) => {
                 error!(source = %name, error = %e, "source failed; restarting after backoff");
+                metrics.failed(&e);
             }
         }
         // A source that ran a good while before failing starts over with a short backoff.
@@ -192,30 +249,43 @@ async fn run_source(spec: SourceSpec, stop: Shutdown, store: Arc<dyn CheckpointS
             Ok(source) => source,
             Err(e) => {
                 error!(source = %name, error = %e, "cannot rebuild source");
+                metrics.failed(format!("cannot rebuild the source: {e}"));
                 return;
             }
         };
     }
 }
 
+/// What the runner counts for every sink, with Flume's names. The connection counters are
+/// the sink's `start` (created or failed) and `stop` (closed); a sink that reconnects by
+/// itself may add its own to them.
 struct SinkCounters {
     batches_complete: Counter,
     batches_underflow: Counter,
     batches_empty: Counter,
     drain_attempts: Counter,
     drain_successes: Counter,
-    failures: Counter,
+    write_fails: Counter,
+    read_fails: Counter,
+    connections_created: Counter,
+    connections_closed: Counter,
+    connections_failed: Counter,
 }
 
 impl SinkCounters {
     fn new(metrics: &ComponentMetrics) -> Self {
+        metrics.counter("ConsecutiveFailures");
         Self {
             batches_complete: metrics.counter("BatchCompleteCount"),
             batches_underflow: metrics.counter("BatchUnderflowCount"),
             batches_empty: metrics.counter("BatchEmptyCount"),
             drain_attempts: metrics.counter("EventDrainAttemptCount"),
             drain_successes: metrics.counter("EventDrainSuccessCount"),
-            failures: metrics.counter("EventWriteFailCount"),
+            write_fails: metrics.counter("EventWriteFail"),
+            read_fails: metrics.counter("ChannelReadFail"),
+            connections_created: metrics.counter("ConnectionCreatedCount"),
+            connections_closed: metrics.counter("ConnectionClosedCount"),
+            connections_failed: metrics.counter("ConnectionFailedCount"),
         }
     }
 }
@@ -226,11 +296,12 @@ async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
         sink,
         channel,
         batch_size,
+        metrics,
         ..
     } = spec;
     let ctx = SinkContext {
-        name: name.clone(),
-        metrics: ComponentMetrics::new("sink", name),
+        name,
+        metrics,
         state: Some(state),
     };
     SinkRunner::new(ctx, sink, channel, batch_size, drain)
@@ -332,13 +403,18 @@ impl SinkRunner {
     /// Starts the sink, delivers until the channel is drained, and stops the sink.
     async fn run(mut self) {
         if !self.start().await {
+            self.ctx.metrics.stopped();
             return;
         }
+        self.ctx.metrics.started();
+        info!(sink = %self.name(), "sink started");
         self.pipelining = self.bounds();
         while self.step().await == Flow::Continue {}
         if let Err(e) = self.sink.stop().await {
             error!(sink = %self.name(), error = %e, "sink did not stop cleanly");
         }
+        self.counters.connections_closed.inc();
+        self.ctx.metrics.stopped();
         info!(sink = %self.name(), "sink stopped");
     }
 
@@ -346,6 +422,8 @@ impl SinkRunner {
     async fn start(&mut self) -> bool {
         let mut backoff = MIN_BACKOFF;
         while let Err(e) = self.sink.start(&self.ctx).await {
+            self.counters.connections_failed.inc();
+            self.ctx.metrics.failed(&e);
             if self.drain.is_triggered() {
                 // Nothing was taken: what the channel holds stays there (in a durable channel,
                 // for the next run).
@@ -355,6 +433,7 @@ impl SinkRunner {
             error!(sink = %self.name(), error = %e, "sink cannot start; retrying");
             backoff_or_stop(&mut backoff, &self.drain).await;
         }
+        self.counters.connections_created.inc();
         true
     }
 
@@ -414,6 +493,7 @@ impl SinkRunner {
             Ok(take) => Some(take),
             Err(e) => {
                 error!(sink = %self.name(), error = %e, "cannot take from channel");
+                self.counters.read_fails.inc();
                 if self.in_flight.is_empty() {
                     back_off(&mut self.backoff).await;
                 } else {
@@ -490,6 +570,7 @@ impl SinkRunner {
         if committed_all {
             self.failing_since = None;
             self.backoff = MIN_BACKOFF;
+            self.ctx.metrics.succeeded();
         }
     }
 
@@ -497,7 +578,8 @@ impl SinkRunner {
     /// their events return to the front of the channel in channel order, then backs off.
     async fn failed(&mut self, error: SinkError) -> Flow {
         let events = self.in_flight.events;
-        self.counters.failures.add(events as u64);
+        self.counters.write_fails.add(events as u64);
+        self.ctx.metrics.failed(&error);
         error!(sink = %self.name(), error = %error, events, "delivery failed; rolling back and retrying");
         let mut takes = self.in_flight.take_all();
         while let Some(take) = takes.pop() {
@@ -804,7 +886,7 @@ mod tests {
         );
         let all: Vec<String> = (0..40).map(|i| format!("e{i}")).collect();
         assert_eq!(*delivered.lock().unwrap(), all);
-        assert_eq!(metrics.counter("EventWriteFailCount").get(), 30);
+        assert_eq!(metrics.counter("EventWriteFail").get(), 30);
         assert_eq!(metrics.counter("EventDrainAttemptCount").get(), 70);
         assert_eq!(metrics.counter("EventDrainSuccessCount").get(), 40);
     }

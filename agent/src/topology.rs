@@ -8,11 +8,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ferry_broker::BrokerConfig;
 use ferry_core::config::{ComponentKind, Location, unknown_name_message};
 use ferry_core::registry::{SinkFactory, SourceFactory};
-use ferry_core::{Channel, ComponentConfig, ConfigError, Interceptor, Registry, Sink, Source};
+use ferry_core::{
+    Channel, ComponentConfig, ComponentMetrics, ConfigError, Interceptor, MeteredChannel, Registry,
+    Sink, Source,
+};
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode};
 use marked_yaml::{LoaderOptions, Node};
 use serde::Deserialize;
@@ -27,14 +31,45 @@ pub struct AgentSettings {
     /// Where the agent keeps its state (checkpoints, durable channels). Default `./var/agent`.
     #[serde(default = "default_data_dir")]
     pub data_dir: PathBuf,
+    /// Address of the HTTP server for `/metrics`, `/metrics.json`, `/health` and
+    /// `/api/pipeline`, e.g. `127.0.0.1:8048`. Default: no server. Flume:
+    /// `flume.monitoring.port` (with `flume.monitoring.type=http`).
+    #[serde(default)]
+    pub http: Option<std::net::SocketAddr>,
+    /// A source that waits this long on a full channel logs a warning, once per stall.
+    /// Default `10s`.
+    #[serde(
+        default = "default_full_channel_warning",
+        with = "ferry_core::config::duration"
+    )]
+    pub full_channel_warning: Duration,
+    /// A component that keeps failing this long without a success (a sink whose destination
+    /// is down, a source that stopped with an error) makes `/health` answer 503.
+    /// Default `30s`.
+    #[serde(
+        default = "default_unhealthy_after",
+        with = "ferry_core::config::duration"
+    )]
+    pub unhealthy_after: Duration,
 }
 
 impl Default for AgentSettings {
     fn default() -> Self {
         Self {
             data_dir: default_data_dir(),
+            http: None,
+            full_channel_warning: default_full_channel_warning(),
+            unhealthy_after: default_unhealthy_after(),
         }
     }
+}
+
+fn default_full_channel_warning() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_unhealthy_after() -> Duration {
+    Duration::from_secs(30)
 }
 
 fn default_data_dir() -> PathBuf {
@@ -55,6 +90,8 @@ pub struct SourceSpec {
     pub channels: Vec<Arc<dyn Channel>>,
     /// Its interceptors, in the order written.
     pub interceptors: Vec<Arc<dyn Interceptor>>,
+    /// Its counters, kept across restarts of the source.
+    pub metrics: ComponentMetrics,
 }
 
 /// A sink ready to run, with the channel it takes from.
@@ -71,6 +108,8 @@ pub struct SinkSpec {
     pub channel: Arc<dyn Channel>,
     /// Most events per take (`batch_size`, default 100 as Flume's sinks).
     pub batch_size: usize,
+    /// Its counters.
+    pub metrics: ComponentMetrics,
 }
 
 /// A validated pipeline file, every component built.
@@ -79,8 +118,10 @@ pub struct Topology {
     pub agent: AgentSettings,
     /// The `broker:` section: start the bundled broker in this process.
     pub broker: Option<BrokerConfig>,
-    /// Channels by name.
-    pub channels: BTreeMap<String, Arc<dyn Channel>>,
+    /// Channels by name, each counted by the [`MeteredChannel`] around it.
+    pub channels: BTreeMap<String, Arc<MeteredChannel>>,
+    /// The type of each channel (`memory`, `file`, ...), by name.
+    pub channel_types: BTreeMap<String, String>,
     /// Sources, in file order.
     pub sources: Vec<SourceSpec>,
     /// Sinks, in file order.
@@ -311,6 +352,7 @@ impl Builder<'_> {
             agent: AgentSettings::default(),
             broker: None,
             channels: BTreeMap::new(),
+            channel_types: BTreeMap::new(),
             sources: Vec::new(),
             sinks: Vec::new(),
         };
@@ -354,7 +396,11 @@ impl Builder<'_> {
             let cfg = component_config(ComponentKind::Channel, &entry, &data_dir);
             match factory(&cfg) {
                 Ok(channel) => {
+                    let channel = Arc::new(MeteredChannel::new(channel));
                     topology.channels.insert(entry.name.to_owned(), channel);
+                    topology
+                        .channel_types
+                        .insert(entry.name.to_owned(), cfg.type_name().to_owned());
                 }
                 Err(e) => self.errors.push(e),
             }
@@ -422,6 +468,7 @@ impl Builder<'_> {
                 }
             }
             topology.sources.push(SourceSpec {
+                metrics: ComponentMetrics::new("source", name.clone()),
                 name,
                 source,
                 config: cfg,
@@ -529,6 +576,7 @@ impl Builder<'_> {
             }
             if let Some(channel) = channel {
                 topology.sinks.push(SinkSpec {
+                    metrics: ComponentMetrics::new("sink", name.clone()),
                     name,
                     sink,
                     config: cfg,
@@ -634,7 +682,7 @@ impl Builder<'_> {
         name: &str,
         node: &Node,
         known: &[String],
-        built: &BTreeMap<String, Arc<dyn Channel>>,
+        built: &BTreeMap<String, Arc<MeteredChannel>>,
     ) -> Vec<Arc<dyn Channel>> {
         let refs: Vec<&MarkedScalarNode> = match node {
             Node::Scalar(s) => vec![s],
@@ -670,7 +718,7 @@ impl Builder<'_> {
         for r in refs {
             let channel = r.as_str();
             if let Some(c) = built.get(channel) {
-                out.push(Arc::clone(c));
+                out.push(Arc::clone(c) as Arc<dyn Channel>);
             } else if !known.iter().any(|k| k == channel) {
                 let message =
                     unknown_name_message("channel", channel, known.iter().map(String::as_str));

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use ferry_core::config::ByteSize;
 use ferry_core::{
-    Acknowledgement, Channel, ChannelError, ComponentConfig, ComponentMetrics, Counter, Event,
-    PutBatch, Registry, TakeTransaction, async_trait,
+    Acknowledgement, Channel, ChannelError, ComponentConfig, Event, PutBatch, Registry,
+    TakeTransaction, async_trait,
 };
 use serde::Deserialize;
 use tokio::sync::{Notify, Semaphore, TryAcquireError};
@@ -62,12 +62,6 @@ struct Shared {
     byte_capacity: u64,
     /// Woken when events are put or returned by a rollback.
     available: Notify,
-    metrics: ComponentMetrics,
-    size: Counter,
-    put_attempts: Counter,
-    put_successes: Counter,
-    take_attempts: Counter,
-    take_successes: Counter,
 }
 
 /// A bounded in-memory channel.
@@ -77,10 +71,6 @@ pub struct MemoryChannel(Arc<Shared>);
 impl MemoryChannel {
     /// A channel named `name` with the given limits.
     pub fn new(name: &str, options: &MemoryChannelConfig) -> Self {
-        let metrics = ComponentMetrics::new("channel", name);
-        metrics
-            .counter("ChannelCapacity")
-            .set(options.capacity as u64);
         let byte_capacity = options
             .byte_capacity
             .map(|b| b.bytes().min(Semaphore::MAX_PERMITS as u64));
@@ -93,12 +83,6 @@ impl MemoryChannel {
             bytes: byte_capacity.map(|b| Semaphore::new(b as usize)),
             byte_capacity: byte_capacity.unwrap_or(u64::MAX),
             available: Notify::new(),
-            size: metrics.counter("ChannelSize"),
-            put_attempts: metrics.counter("EventPutAttemptCount"),
-            put_successes: metrics.counter("EventPutSuccessCount"),
-            take_attempts: metrics.counter("EventTakeAttemptCount"),
-            take_successes: metrics.counter("EventTakeSuccessCount"),
-            metrics,
         }))
     }
 
@@ -137,7 +121,6 @@ impl MemoryChannel {
     }
 
     fn store(&self, batch: PutBatch) {
-        let n = batch.events.len();
         {
             let mut queue = self.0.lock_queue();
             queue.extend(batch.events.into_iter().map(|event| Entry {
@@ -145,8 +128,6 @@ impl MemoryChannel {
                 ack: batch.ack.clone(),
             }));
         }
-        self.0.size.add(n as u64);
-        self.0.put_successes.add(n as u64);
         self.0.available.notify_waiters();
     }
 }
@@ -173,7 +154,6 @@ impl Channel for MemoryChannel {
     }
 
     async fn put(&self, batch: PutBatch) -> Result<(), ChannelError> {
-        self.0.put_attempts.add(batch.events.len() as u64);
         let (n, bytes) = self.check_batch(&batch)?;
         let closed = || ChannelError::Storage {
             channel: self.0.name.clone(),
@@ -197,7 +177,6 @@ impl Channel for MemoryChannel {
     }
 
     async fn try_put(&self, batch: PutBatch) -> Result<(), ChannelError> {
-        self.0.put_attempts.add(batch.events.len() as u64);
         let (n, bytes) = self.check_batch(&batch)?;
         let full = || ChannelError::Full {
             channel: self.0.name.clone(),
@@ -236,8 +215,6 @@ impl Channel for MemoryChannel {
                 queue.drain(..n).collect()
             };
             if !entries.is_empty() || tokio::time::timeout_at(deadline, notified).await.is_err() {
-                self.0.take_attempts.inc();
-                self.0.take_successes.add(entries.len() as u64);
                 let (events, acks) = entries.into_iter().map(|e| (e.event, e.ack)).unzip();
                 return Ok(Box::new(MemoryTake {
                     channel: Arc::clone(&self.0),
@@ -262,10 +239,6 @@ impl Channel for MemoryChannel {
 
     fn capacity(&self) -> usize {
         self.0.capacity
-    }
-
-    fn metrics(&self) -> Option<&ComponentMetrics> {
-        Some(&self.0.metrics)
     }
 }
 
@@ -293,7 +266,6 @@ impl MemoryTake {
                 0
             };
             Acknowledgement::delivered_all(&acks);
-            channel.size.sub(acks.len() as u64);
             channel.release(acks.len(), bytes);
         } else {
             let events = std::mem::take(&mut self.events);
@@ -467,5 +439,49 @@ mod tests {
         let err = factory(&cfg).err().unwrap();
         assert_eq!(err.location.unwrap().line, 2);
         assert!(err.message.contains("larger than `capacity`"), "{err:?}");
+    }
+
+    /// A source on a full channel waits; the wait is counted on the source, and the puts and
+    /// takes on the channel, by the counted channel every pipeline's channels are wrapped in.
+    #[tokio::test(start_paused = true)]
+    async fn a_source_counts_its_wait_on_a_full_channel_and_the_channel_its_puts_and_takes() {
+        use ferry_core::{MeteredChannel, Shutdown, SourceContext, SourceOptions};
+        let metered = Arc::new(MeteredChannel::new(Arc::new(channel(2, 2))));
+        let options = SourceOptions {
+            full_channel_warning: Duration::from_secs(10),
+            ..SourceOptions::new("src")
+        };
+        let source = options.metrics.clone();
+        let ctx = SourceContext::with_options(
+            "src",
+            vec![Arc::clone(&metered) as Arc<dyn Channel>],
+            Vec::new(),
+            Shutdown::new(),
+            Arc::new(MemoryCheckpointStore::default()),
+            options,
+        )
+        .unwrap();
+        let events = |n: u32| (0..n).map(|i| Event::from_body(i.to_string())).collect();
+        ctx.send(events(2), None).await.unwrap();
+        let waiting = tokio::spawn({
+            let ctx = ctx.clone();
+            async move { ctx.send(events(1), None).await }
+        });
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        assert!(!waiting.is_finished(), "the channel is full");
+        let take = metered.take(2, Duration::ZERO).await.unwrap();
+        take.commit().await.unwrap();
+        waiting.await.unwrap().unwrap();
+        let waited = source.counter("ChannelFullWaitMillis").get();
+        assert!((12_000..13_000).contains(&waited), "{waited}");
+        assert_eq!(source.counter("EventAcceptedCount").get(), 3);
+        let counters = metered.metrics();
+        metered.refresh();
+        assert_eq!(counters.counter("EventPutAttemptCount").get(), 3);
+        assert_eq!(counters.counter("EventPutSuccessCount").get(), 3);
+        assert_eq!(counters.counter("EventTakeAttemptCount").get(), 2);
+        assert_eq!(counters.counter("EventTakeSuccessCount").get(), 2);
+        assert_eq!(counters.counter("ChannelSize").get(), 1);
+        assert_eq!(counters.counter("ChannelCapacity").get(), 2);
     }
 }

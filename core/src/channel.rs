@@ -6,6 +6,7 @@
 //! A channel is bounded: `put` waits while there is no room, which is how backpressure reaches
 //! the sources.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,7 +14,7 @@ use async_trait::async_trait;
 use crate::ack::Acknowledgement;
 use crate::checkpoint::Checkpoint;
 use crate::event::Event;
-use crate::metrics::ComponentMetrics;
+use crate::metrics::{ComponentMetrics, Counter};
 
 /// One batch offered to a channel by a source.
 #[derive(Debug)]
@@ -104,10 +105,6 @@ pub trait Channel: Send + Sync + 'static {
     }
     /// Most events the channel holds.
     fn capacity(&self) -> usize;
-    /// The channel's counters (`ChannelSize`, `EventPutSuccessCount`, ...), if it keeps any.
-    fn metrics(&self) -> Option<&ComponentMetrics> {
-        None
-    }
     /// The last checkpoint `source` committed with a put, for a durable channel that keeps
     /// checkpoints itself rather than in the agent's state store (the kafka channel keeps
     /// them in Kafka). `None`: ask the state store.
@@ -136,4 +133,171 @@ pub trait TakeTransaction: Send {
     async fn commit(self: Box<Self>) -> Result<(), ChannelError>;
     /// Returns the events to the front of the channel.
     async fn rollback(self: Box<Self>) -> Result<(), ChannelError>;
+}
+
+/// Any channel, counted: puts, takes and rollbacks with Flume's names, for every channel type
+/// in one place. The agent wraps each channel of a pipeline in one, so sources and sinks
+/// count without knowing.
+///
+/// | counter | counts |
+/// |---|---|
+/// | `EventPutAttemptCount` | events offered by puts |
+/// | `EventPutSuccessCount` | events of committed puts |
+/// | `EventTakeAttemptCount` | as Flume: one per event taken, plus one for a take that came back short (Flume asks event by event until none is left) |
+/// | `EventTakeSuccessCount` | events of committed takes |
+/// | `RollbackCount` | failed puts and rolled-back takes |
+/// | `ChannelSize`, `ChannelCapacity` | set from [`Channel::len`] and [`Channel::capacity`] by [`MeteredChannel::refresh`] (capacity 0 when unbounded, as Flume) |
+///
+/// ```
+/// # async fn demo(inner: std::sync::Arc<dyn ferry_core::Channel>) {
+/// use ferry_core::channel::MeteredChannel;
+/// let channel = MeteredChannel::new(inner);
+/// channel.refresh();
+/// assert_eq!(channel.metrics().counter("ChannelSize").get(), 0);
+/// # }
+/// ```
+pub struct MeteredChannel {
+    inner: Arc<dyn Channel>,
+    metrics: ComponentMetrics,
+    counts: Arc<ChannelCounts>,
+}
+
+struct ChannelCounts {
+    put_attempts: Counter,
+    put_successes: Counter,
+    take_attempts: Counter,
+    take_successes: Counter,
+    rollbacks: Counter,
+}
+
+impl MeteredChannel {
+    /// Counts what goes through `inner`.
+    pub fn new(inner: Arc<dyn Channel>) -> Self {
+        let metrics = ComponentMetrics::new("channel", inner.name());
+        let counts = ChannelCounts {
+            put_attempts: metrics.counter("EventPutAttemptCount"),
+            put_successes: metrics.counter("EventPutSuccessCount"),
+            take_attempts: metrics.counter("EventTakeAttemptCount"),
+            take_successes: metrics.counter("EventTakeSuccessCount"),
+            rollbacks: metrics.counter("RollbackCount"),
+        };
+        let channel = Self {
+            inner,
+            metrics,
+            counts: Arc::new(counts),
+        };
+        channel.refresh();
+        channel
+    }
+
+    /// The channel's counters.
+    pub fn metrics(&self) -> &ComponentMetrics {
+        &self.metrics
+    }
+
+    /// Sets the gauges `ChannelSize` and `ChannelCapacity` from the channel; called before
+    /// the counters are read.
+    pub fn refresh(&self) {
+        let capacity = match self.inner.capacity() {
+            usize::MAX => 0,
+            n => n as u64,
+        };
+        self.metrics.counter("ChannelCapacity").set(capacity);
+        self.metrics
+            .counter("ChannelSize")
+            .set(self.inner.len() as u64);
+    }
+
+    async fn counted_put(&self, batch: PutBatch, wait: bool) -> Result<(), ChannelError> {
+        let n = batch.events.len() as u64;
+        self.counts.put_attempts.add(n);
+        let result = if wait {
+            self.inner.put(batch).await
+        } else {
+            self.inner.try_put(batch).await
+        };
+        match &result {
+            Ok(()) => self.counts.put_successes.add(n),
+            Err(_) => self.counts.rollbacks.inc(),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Channel for MeteredChannel {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn start(&self) -> Result<(), ChannelError> {
+        let result = self.inner.start().await;
+        self.refresh();
+        result
+    }
+    async fn put(&self, batch: PutBatch) -> Result<(), ChannelError> {
+        self.counted_put(batch, true).await
+    }
+    async fn try_put(&self, batch: PutBatch) -> Result<(), ChannelError> {
+        self.counted_put(batch, false).await
+    }
+    async fn take(
+        &self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Box<dyn TakeTransaction>, ChannelError> {
+        let take = self.inner.take(max, wait).await?;
+        let n = take.events().len();
+        self.counts.take_attempts.add(n as u64 + u64::from(n < max));
+        Ok(Box::new(MeteredTake {
+            inner: take,
+            counts: Arc::clone(&self.counts),
+        }))
+    }
+    fn transaction_capacity(&self) -> usize {
+        self.inner.transaction_capacity()
+    }
+    fn max_open_takes(&self) -> Option<usize> {
+        self.inner.max_open_takes()
+    }
+    fn is_durable(&self) -> bool {
+        self.inner.is_durable()
+    }
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn capacity(&self) -> usize {
+        self.inner.capacity()
+    }
+    fn load_checkpoint(&self, source: &str) -> Result<Option<Checkpoint>, ChannelError> {
+        self.inner.load_checkpoint(source)
+    }
+    fn keeps_checkpoints(&self) -> bool {
+        self.inner.keeps_checkpoints()
+    }
+}
+
+struct MeteredTake {
+    inner: Box<dyn TakeTransaction>,
+    counts: Arc<ChannelCounts>,
+}
+
+#[async_trait]
+impl TakeTransaction for MeteredTake {
+    fn events(&self) -> &[Event] {
+        self.inner.events()
+    }
+    fn sequences(&self) -> Option<&[u64]> {
+        self.inner.sequences()
+    }
+    async fn commit(self: Box<Self>) -> Result<(), ChannelError> {
+        let n = self.inner.events().len() as u64;
+        let counts = self.counts;
+        self.inner.commit().await?;
+        counts.take_successes.add(n);
+        Ok(())
+    }
+    async fn rollback(self: Box<Self>) -> Result<(), ChannelError> {
+        self.counts.rollbacks.inc();
+        self.inner.rollback().await
+    }
 }

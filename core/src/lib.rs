@@ -43,16 +43,16 @@ pub mod test_support;
 pub use ack::{AckTracker, Acknowledgement};
 pub use async_trait::async_trait;
 pub use bytes::Bytes;
-pub use channel::{Channel, ChannelError, PutBatch, TakeTransaction};
+pub use channel::{Channel, ChannelError, MeteredChannel, PutBatch, TakeTransaction};
 pub use checkpoint::{Checkpoint, CheckpointStore, CheckpointStoreError, MemoryCheckpointStore};
 pub use config::{ComponentConfig, ComponentKind, ConfigError};
 pub use event::{Event, Headers};
 pub use interceptor::Interceptor;
-pub use metrics::{ComponentMetrics, Counter};
+pub use metrics::{ComponentMetrics, Counter, Failure};
 pub use registry::Registry;
 pub use shutdown::Shutdown;
 pub use sink::{Pipelining, Sink, SinkBatch, SinkContext, SinkError};
-pub use source::{Source, SourceContext, SourceError};
+pub use source::{Source, SourceContext, SourceError, SourceOptions};
 
 /// This machine's host name, or `localhost` if the system does not say (for the `host`
 /// interceptor, and for names that must differ between agents running the same pipeline).

@@ -1,8 +1,15 @@
-//! Per-component counters, named as Flume names them (`EventReceivedCount`, ...).
+//! Per-component counters, named as Flume names them (`EventReceivedCount`, ...), and the
+//! state a health check reads: when the component started and stopped, and whether it keeps
+//! failing.
+//!
+//! Counting is a relaxed atomic add; the runtime counts once per batch, not per event. The map
+//! of counters is locked only to look a counter up (once, when a component starts) and to read
+//! them all (a scrape).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A counter or gauge shared between a component and the metrics endpoint.
 #[derive(Clone, Debug, Default)]
@@ -31,12 +38,55 @@ impl Counter {
     }
 }
 
-/// The counters of one component, created on first use.
+/// Counters whose value goes down as well as up: exposed as gauges, not counters.
+pub const GAUGES: [&str; 5] = [
+    "ChannelSize",
+    "ChannelCapacity",
+    "ChannelFillPercentage",
+    "OpenConnectionCount",
+    "ConsecutiveFailures",
+];
+
+/// Why a component is failing: its last error, and since when it has failed without a
+/// success in between.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The last error, as logged.
+    pub message: String,
+    /// The first failure since the last success.
+    pub since: SystemTime,
+}
+
+#[derive(Debug, Default)]
+struct Status {
+    /// Milliseconds since the epoch; 0 until started.
+    start_time: AtomicU64,
+    /// Milliseconds since the epoch; 0 while running.
+    stop_time: AtomicU64,
+    /// Whether `failure` holds something: checked before locking it on every success.
+    failing: AtomicBool,
+    failure: Mutex<Option<Failure>>,
+}
+
+/// The counters of one component, created on first use, and its status.
+///
+/// ```
+/// use ferry_core::ComponentMetrics;
+/// let metrics = ComponentMetrics::new("sink", "k1");
+/// let drained = metrics.counter("EventDrainSuccessCount");
+/// drained.add(100);
+/// metrics.failed("connection refused");
+/// assert_eq!(metrics.counter("ConsecutiveFailures").get(), 1);
+/// metrics.succeeded();
+/// assert!(metrics.failure().is_none());
+/// assert_eq!(metrics.snapshot(), [("ConsecutiveFailures", 0), ("EventDrainSuccessCount", 100)]);
+/// ```
 #[derive(Clone, Debug)]
 pub struct ComponentMetrics {
     kind: &'static str,
     name: String,
     counters: Arc<Mutex<BTreeMap<&'static str, Counter>>>,
+    status: Arc<Status>,
 }
 
 impl ComponentMetrics {
@@ -46,6 +96,7 @@ impl ComponentMetrics {
             kind,
             name: name.into(),
             counters: Arc::default(),
+            status: Arc::default(),
         }
     }
     /// The counter called `metric`, e.g. `EventAcceptedCount`. Look it up once and keep it.
@@ -65,5 +116,106 @@ impl ComponentMetrics {
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let map = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         map.iter().map(|(k, v)| (*k, v.get())).collect()
+    }
+    /// Records that the component started (now) and is running.
+    pub fn started(&self) {
+        self.status
+            .start_time
+            .store(epoch_millis(), Ordering::Relaxed);
+        self.status.stop_time.store(0, Ordering::Relaxed);
+    }
+    /// Records that the component stopped (now).
+    pub fn stopped(&self) {
+        self.status
+            .stop_time
+            .store(epoch_millis(), Ordering::Relaxed);
+    }
+    /// When the component started, in milliseconds since the epoch (Flume's `StartTime`);
+    /// 0 if it never did.
+    pub fn start_time(&self) -> u64 {
+        self.status.start_time.load(Ordering::Relaxed)
+    }
+    /// When the component stopped, in milliseconds since the epoch (Flume's `StopTime`); 0
+    /// while it runs.
+    pub fn stop_time(&self) -> u64 {
+        self.status.stop_time.load(Ordering::Relaxed)
+    }
+    /// Records a failure: `ConsecutiveFailures` goes up by one and `message` becomes the last
+    /// error.
+    pub fn failed(&self, message: impl std::fmt::Display) {
+        self.counter("ConsecutiveFailures").inc();
+        let mut failure = self
+            .status
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let since = failure
+            .as_ref()
+            .map_or_else(SystemTime::now, |failure| failure.since);
+        *failure = Some(Failure {
+            message: message.to_string(),
+            since,
+        });
+        self.status.failing.store(true, Ordering::Relaxed);
+    }
+    /// Records a success: the failures in a row are over. Cheap when there were none.
+    pub fn succeeded(&self) {
+        if self.status.failing.swap(false, Ordering::Relaxed) {
+            self.counter("ConsecutiveFailures").set(0);
+            *self
+                .status
+                .failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+    /// The failure the component has not recovered from, if any.
+    pub fn failure(&self) -> Option<Failure> {
+        if !self.status.failing.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.status
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+fn epoch_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_keeps_its_first_time_until_a_success() {
+        let metrics = ComponentMetrics::new("sink", "k1");
+        assert!(metrics.failure().is_none());
+        metrics.failed("refused");
+        let first = metrics.failure().unwrap();
+        metrics.failed("timed out");
+        let second = metrics.failure().unwrap();
+        assert_eq!(second.message, "timed out");
+        assert_eq!(second.since, first.since);
+        assert_eq!(metrics.counter("ConsecutiveFailures").get(), 2);
+        metrics.succeeded();
+        assert!(metrics.failure().is_none());
+        assert_eq!(metrics.counter("ConsecutiveFailures").get(), 0);
+    }
+
+    #[test]
+    fn start_and_stop_times_are_flumes() {
+        let metrics = ComponentMetrics::new("source", "r1");
+        assert_eq!((metrics.start_time(), metrics.stop_time()), (0, 0));
+        metrics.started();
+        assert!(metrics.start_time() > 1_600_000_000_000);
+        assert_eq!(metrics.stop_time(), 0);
+        metrics.stopped();
+        assert!(metrics.stop_time() >= metrics.start_time());
     }
 }

@@ -1,6 +1,8 @@
 //! Sources: read events from somewhere and hand them to their channels.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -92,6 +94,32 @@ struct Inner {
     accepted: Counter,
     batches_received: Counter,
     batches_accepted: Counter,
+    filtered: Counter,
+    write_fails: Counter,
+    full_wait_millis: Counter,
+    full_channel_warning: Duration,
+    /// Whether the warning of this stall was logged: once per stall, until a put finds room.
+    stall_warned: AtomicBool,
+}
+
+/// How the runtime runs a source beyond its channels: counters that outlive a restart of the
+/// source, and how long a put may wait on a full channel before a warning.
+#[derive(Clone, Debug)]
+pub struct SourceOptions {
+    /// The source's counters.
+    pub metrics: ComponentMetrics,
+    /// A put that waits this long on a full channel logs one warning for the stall.
+    pub full_channel_warning: Duration,
+}
+
+impl SourceOptions {
+    /// Fresh counters for source `name`; a warning after 10 s on a full channel.
+    pub fn new(name: &str) -> Self {
+        Self {
+            metrics: ComponentMetrics::new("source", name),
+            full_channel_warning: Duration::from_secs(10),
+        }
+    }
 }
 
 impl std::fmt::Debug for SourceContext {
@@ -112,6 +140,20 @@ impl SourceContext {
         store: Arc<dyn CheckpointStore>,
     ) -> Result<Self, CheckpointStoreError> {
         let name = name.into();
+        let options = SourceOptions::new(&name);
+        Self::with_options(name, channels, interceptors, shutdown, store, options)
+    }
+
+    /// Like [`new`](Self::new), with the counters and warning of `options`.
+    pub fn with_options(
+        name: impl Into<String>,
+        channels: Vec<Arc<dyn Channel>>,
+        interceptors: Vec<Arc<dyn Interceptor>>,
+        shutdown: Shutdown,
+        store: Arc<dyn CheckpointStore>,
+        options: SourceOptions,
+    ) -> Result<Self, CheckpointStoreError> {
+        let name = name.into();
         // The checkpoint rides with the last durable channel's puts (unless a memory channel
         // makes checkpoints go through acknowledgements to the store); a channel that keeps
         // it itself has the newest one.
@@ -130,12 +172,23 @@ impl SourceContext {
             .iter()
             .any(|c| !c.is_durable())
             .then(|| AckTracker::new(name.clone(), Arc::clone(&store)));
-        let metrics = ComponentMetrics::new("source", name.clone());
+        let SourceOptions {
+            metrics,
+            full_channel_warning,
+        } = options;
+        // Counters every source has, at 0 until something happens; `EventReadFail` is counted
+        // by the sources that can tell a bad input.
+        metrics.counter("EventReadFail");
         Ok(Self(Arc::new(Inner {
             received: metrics.counter("EventReceivedCount"),
             accepted: metrics.counter("EventAcceptedCount"),
             batches_received: metrics.counter("AppendBatchReceivedCount"),
             batches_accepted: metrics.counter("AppendBatchAcceptedCount"),
+            filtered: metrics.counter("EventFilteredCount"),
+            write_fails: metrics.counter("ChannelWriteFail"),
+            full_wait_millis: metrics.counter("ChannelFullWaitMillis"),
+            full_channel_warning,
+            stall_warned: AtomicBool::new(false),
             name,
             channels,
             interceptors,
@@ -180,7 +233,11 @@ impl SourceContext {
         &self.0.shutdown
     }
 
-    /// The source's counters (`EventReceivedCount`, ... and any of its own).
+    /// The source's counters (`EventReceivedCount`, ... and any of its own). The context
+    /// counts events and batches received and accepted, events dropped by interceptors
+    /// (`EventFilteredCount`), failed puts (`ChannelWriteFail`) and the time spent waiting on
+    /// full channels (`ChannelFullWaitMillis`); a source counts `EventReadFail` and
+    /// `OpenConnectionCount` itself where it has such things.
     pub fn metrics(&self) -> &ComponentMetrics {
         &self.0.metrics
     }
@@ -223,10 +280,12 @@ impl SourceContext {
         inner.received.add(events.len() as u64);
         inner.batches_received.inc();
         let mut events = events;
+        let before = events.len();
         for interceptor in &inner.interceptors {
             events = interceptor.intercept(events);
         }
         let n = events.len();
+        inner.filtered.add(before.saturating_sub(n) as u64);
         let volatile = inner.channels.iter().filter(|c| !c.is_durable()).count();
         // With any non-durable channel the checkpoint travels only through acknowledgements:
         // committing it with a durable put could move it past events still in memory.
@@ -259,9 +318,10 @@ impl SourceContext {
             let result = if try_first && i == 0 {
                 channel.try_put(batch).await
             } else {
-                channel.put(batch).await
+                self.put_waiting(channel.as_ref(), batch).await
             };
             if let Err(error) = result {
+                inner.write_fails.inc();
                 // Release the copies that will never be delivered, so that this batch does
                 // not hold back the checkpoints of batches sent after it.
                 if let Some(ack) = &ack {
@@ -285,6 +345,46 @@ impl SourceContext {
         }
         inner.accepted.add(n as u64);
         inner.batches_accepted.inc();
+        inner.metrics.succeeded();
         Ok(())
+    }
+
+    /// Puts a batch, waiting for room. A channel without room for it when the put begins is
+    /// full: the wait is counted in `ChannelFullWaitMillis`, and a wait longer than the
+    /// warning time logs one warning for the whole stall (until a put finds room again).
+    async fn put_waiting(
+        &self,
+        channel: &dyn Channel,
+        batch: PutBatch,
+    ) -> Result<(), ChannelError> {
+        let inner = &*self.0;
+        let full = channel.len().saturating_add(batch.events.len()) > channel.capacity();
+        if !full {
+            if inner.stall_warned.swap(false, Ordering::Relaxed) {
+                tracing::info!(source = %inner.name, channel = %channel.name(), "the channel has room again");
+            }
+            return channel.put(batch).await;
+        }
+        let started = tokio::time::Instant::now();
+        let put = channel.put(batch);
+        tokio::pin!(put);
+        let result = tokio::select! {
+            result = &mut put => result,
+            _ = tokio::time::sleep(inner.full_channel_warning) => {
+                if !inner.stall_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        source = %inner.name,
+                        channel = %channel.name(),
+                        waited = ?inner.full_channel_warning,
+                        "the source is waiting on a full channel: its sinks do not keep up"
+                    );
+                }
+                put.await
+            }
+        };
+        inner
+            .full_wait_millis
+            .add(started.elapsed().as_millis() as u64);
+        result
     }
 }

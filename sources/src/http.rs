@@ -84,7 +84,6 @@ impl HttpSource {
 struct Shared {
     ctx: SourceContext,
     read_fail: Counter,
-    write_fail: Counter,
 }
 
 #[async_trait]
@@ -105,7 +104,6 @@ impl Source for HttpSource {
         let limit = usize::try_from(config.max_body_size.bytes()).unwrap_or(usize::MAX);
         let shared = Arc::new(Shared {
             read_fail: ctx.metrics().counter("EventReadFail"),
-            write_fail: ctx.metrics().counter("ChannelWriteFail"),
             ctx: ctx.clone(),
         });
         let app = Router::new()
@@ -161,11 +159,9 @@ async fn receive(
         .into_iter()
         .map(|e| Event::new(e.headers.unwrap_or_default(), e.body.unwrap_or_default()))
         .collect();
-    let n = events.len();
     match ctx.try_send(events, None).await {
         Ok(()) => (StatusCode::OK, String::new()),
         Err(error) => {
-            shared.write_fail.add(n as u64);
             let status = match error {
                 ChannelError::Full { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 ChannelError::BatchTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,

@@ -100,7 +100,7 @@ mod tests {
         );
         assert_eq!(
             registry.type_names(ComponentKind::Interceptor),
-            vec!["host", "static", "timestamp"]
+            vec!["host", "regex_filter", "static", "timestamp"]
         );
     }
 

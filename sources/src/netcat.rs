@@ -95,7 +95,6 @@ impl Source for NetcatSource {
         let counters = Counters {
             open: ctx.metrics().counter("OpenConnectionCount"),
             read_fail: ctx.metrics().counter("EventReadFail"),
-            write_fail: ctx.metrics().counter("ChannelWriteFail"),
         };
         let mut connections = JoinSet::new();
         loop {
@@ -131,7 +130,6 @@ impl Source for NetcatSource {
 struct Counters {
     open: Counter,
     read_fail: Counter,
-    write_fail: Counter,
 }
 
 struct Connection {
@@ -219,7 +217,6 @@ impl Connection {
                 }
             }
             Err(error) => {
-                self.counters.write_fail.add(n as u64);
                 tracing::warn!(source = self.ctx.name(), peer = %self.peer, %error, "could not put lines");
                 let answer = format!("FAILED: {error}\n");
                 for _ in 0..n {

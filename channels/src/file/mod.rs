@@ -67,8 +67,8 @@ use std::time::Duration;
 use ferry_core::config::ByteSize;
 use ferry_core::state::{Durability, StateStore};
 use ferry_core::{
-    Channel, ChannelError, ComponentConfig, ComponentMetrics, ConfigError, Counter, Event,
-    PutBatch, Registry, TakeTransaction, async_trait,
+    Channel, ChannelError, ComponentConfig, ConfigError, Counter, Event, PutBatch, Registry,
+    TakeTransaction, async_trait,
 };
 use serde::Deserialize;
 use tokio::sync::{Notify, Semaphore};
@@ -154,12 +154,7 @@ struct Shared {
     /// Free event slots; empty until `start` counted what is stored.
     slots: Semaphore,
     available: Notify,
-    metrics: ComponentMetrics,
     size: Counter,
-    put_attempts: Counter,
-    put_successes: Counter,
-    take_attempts: Counter,
-    take_successes: Counter,
 }
 
 impl Shared {
@@ -231,10 +226,6 @@ pub struct FileChannel(Arc<Shared>);
 impl FileChannel {
     /// A channel named `name` storing its events under `data_dir`.
     pub fn new(name: &str, options: &FileChannelConfig, data_dir: PathBuf) -> Self {
-        let metrics = ComponentMetrics::new("channel", name);
-        metrics
-            .counter("ChannelCapacity")
-            .set(options.capacity as u64);
         Self(Arc::new(Shared {
             name: name.to_owned(),
             capacity: options.capacity,
@@ -251,12 +242,7 @@ impl FileChannel {
             reading: tokio::sync::Mutex::new(()),
             slots: Semaphore::new(0),
             available: Notify::new(),
-            size: metrics.counter("ChannelSize"),
-            put_attempts: metrics.counter("EventPutAttemptCount"),
-            put_successes: metrics.counter("EventPutSuccessCount"),
-            take_attempts: metrics.counter("EventTakeAttemptCount"),
-            take_successes: metrics.counter("EventTakeSuccessCount"),
-            metrics,
+            size: Counter::default(),
         }))
     }
 
@@ -339,7 +325,6 @@ impl FileChannel {
                         info!(channel = %self.0.name, "disk space is back; puts resumed");
                     }
                     self.0.size.add(n as u64);
-                    self.0.put_successes.add(n as u64);
                     self.0.available.notify_waiters();
                     return Ok(());
                 }
@@ -399,7 +384,6 @@ impl Channel for FileChannel {
     }
 
     async fn put(&self, batch: PutBatch) -> Result<(), ChannelError> {
-        self.0.put_attempts.add(batch.events.len() as u64);
         let n = self.check_batch(&batch)?;
         self.0
             .slots
@@ -411,7 +395,6 @@ impl Channel for FileChannel {
     }
 
     async fn try_put(&self, batch: PutBatch) -> Result<(), ChannelError> {
-        self.0.put_attempts.add(batch.events.len() as u64);
         let n = self.check_batch(&batch)?;
         match self.0.slots.try_acquire_many(n as u32) {
             Ok(permit) => permit.forget(),
@@ -458,8 +441,6 @@ impl Channel for FileChannel {
             if !batch.events.is_empty()
                 || tokio::time::timeout_at(deadline, notified).await.is_err()
             {
-                self.0.take_attempts.inc();
-                self.0.take_successes.add(batch.events.len() as u64);
                 return Ok(Box::new(FileTake {
                     channel: Arc::clone(&self.0),
                     batch: Some(batch),
@@ -482,10 +463,6 @@ impl Channel for FileChannel {
 
     fn capacity(&self) -> usize {
         self.0.capacity
-    }
-
-    fn metrics(&self) -> Option<&ComponentMetrics> {
-        Some(&self.0.metrics)
     }
 }
 

@@ -1,31 +1,38 @@
-//! Built-in interceptors: they add headers to every event of a batch, as Flume's do.
+//! Built-in interceptors: they add headers to every event of a batch, or filter events, as
+//! Flume's do.
 //!
-//! | type        | Flume counterpart       | header                     |
-//! |-------------|-------------------------|----------------------------|
-//! | `timestamp` | `TimestampInterceptor`  | `timestamp`: epoch millis  |
-//! | `host`      | `HostInterceptor`       | `host`: IP or host name    |
-//! | `static`    | `StaticInterceptor`     | a fixed key and value      |
+//! | type           | Flume counterpart            | effect                            |
+//! |----------------|------------------------------|-----------------------------------|
+//! | `timestamp`    | `TimestampInterceptor`       | `timestamp` header: epoch millis  |
+//! | `host`         | `HostInterceptor`            | `host` header: IP or host name    |
+//! | `static`       | `StaticInterceptor`          | a fixed header key and value      |
+//! | `regex_filter` | `RegexFilteringInterceptor`  | keeps or drops events by body     |
 
 use std::sync::Arc;
 
 use ferry_core::{Event, Headers, Registry};
 
 pub mod host;
+pub mod regex_filter;
 pub mod static_header;
 pub mod timestamp;
 
 pub use host::HostInterceptor;
+pub use regex_filter::RegexFilterInterceptor;
 pub use static_header::StaticInterceptor;
 pub use timestamp::TimestampInterceptor;
 
-/// Registers `timestamp`, `host` and `static`.
+/// Registers `timestamp`, `host`, `static` and `regex_filter`.
 pub fn register(registry: &mut Registry) {
     registry
         .register_interceptor("timestamp", |cfg| {
             Ok(Arc::new(TimestampInterceptor::build(cfg)?))
         })
         .register_interceptor("host", |cfg| Ok(Arc::new(HostInterceptor::build(cfg)?)))
-        .register_interceptor("static", |cfg| Ok(Arc::new(StaticInterceptor::build(cfg)?)));
+        .register_interceptor("static", |cfg| Ok(Arc::new(StaticInterceptor::build(cfg)?)))
+        .register_interceptor("regex_filter", |cfg| {
+            Ok(Arc::new(RegexFilterInterceptor::build(cfg)?))
+        });
 }
 
 /// Sets header `key` to `value` on every event; with `preserve_existing`, events that already

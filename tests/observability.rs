@@ -1,0 +1,384 @@
+//! End to end: the agent's HTTP server on `agent.http`, scraped while a real pipeline runs.
+//! `/metrics` is read by the Prometheus project's own Python parser, `/metrics.json` checked
+//! against Flume's JSON reporting layout, and `/health` watched while a sink's destination
+//! goes down and comes back.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+#[path = "harness.rs"]
+mod harness;
+
+use harness::{Agent, http_server, python, wait_until};
+
+/// A GET on the agent's HTTP server: the status code and body.
+fn get(address: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // Bodies are small: axum sends them with a Content-Length, or chunked in one chunk.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let (_, rest) = body.split_once("\r\n").unwrap();
+        rest.rsplit_once("\r\n0\r\n")
+            .map_or(rest, |(b, _)| b)
+            .to_owned()
+    } else {
+        body.to_owned()
+    };
+    (status, body)
+}
+
+fn json(address: &str, path: &str) -> (u16, serde_json::Value) {
+    let (status, body) = get(address, path);
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+/// The address the agent logged for its HTTP server.
+fn http_address(agent: &Agent) -> String {
+    let mut address = None;
+    wait_until(Duration::from_secs(30), "the HTTP server to listen", || {
+        address = agent
+            .log()
+            .lines()
+            .find(|l| l.contains("HTTP server listening"))
+            .and_then(|l| l.split("address=").nth(1))
+            .map(|a| a.split_whitespace().next().unwrap().to_owned());
+        address.is_some()
+    });
+    address.unwrap()
+}
+
+/// Samples of `/metrics` as the Prometheus Python client's OpenMetrics parser reads them:
+/// sample name → component name → value. `None` without Python.
+fn scrape(address: &str) -> Option<BTreeMap<String, BTreeMap<String, f64>>> {
+    let python = python()?;
+    let (status, text) = get(address, "/metrics");
+    assert_eq!(status, 200);
+    let script = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = {}
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        out.setdefault(s.name, {})[s.labels["name"]] = s.value
+        assert s.labels["type"], s
+print(json.dumps(out))
+"#;
+    let mut child = Command::new(python)
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the Prometheus parser refused /metrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+fn value(samples: &BTreeMap<String, BTreeMap<String, f64>>, sample: &str, name: &str) -> f64 {
+    samples
+        .get(sample)
+        .and_then(|by_name| by_name.get(name))
+        .copied()
+        .unwrap_or_else(|| panic!("no sample {sample}{{name=\"{name}\"}} in {samples:?}"))
+}
+
+/// Every key Flume's JSON reporting shows for each kind of component.
+const FLUME_KEYS: [(&str, &[&str]); 3] = [
+    (
+        "SOURCE",
+        &[
+            "EventReceivedCount",
+            "EventAcceptedCount",
+            "AppendBatchReceivedCount",
+            "AppendBatchAcceptedCount",
+            "ChannelWriteFail",
+            "EventReadFail",
+            "StartTime",
+            "StopTime",
+            "Type",
+        ],
+    ),
+    (
+        "CHANNEL",
+        &[
+            "ChannelSize",
+            "ChannelCapacity",
+            "ChannelFillPercentage",
+            "EventPutAttemptCount",
+            "EventPutSuccessCount",
+            "EventTakeAttemptCount",
+            "EventTakeSuccessCount",
+            "RollbackCount",
+            "StartTime",
+            "StopTime",
+            "Type",
+        ],
+    ),
+    (
+        "SINK",
+        &[
+            "BatchCompleteCount",
+            "BatchEmptyCount",
+            "BatchUnderflowCount",
+            "ConnectionCreatedCount",
+            "ConnectionClosedCount",
+            "ConnectionFailedCount",
+            "EventDrainAttemptCount",
+            "EventDrainSuccessCount",
+            "EventWriteFail",
+            "ChannelReadFail",
+            "StartTime",
+            "StopTime",
+            "Type",
+        ],
+    ),
+];
+
+#[test]
+fn metrics_count_every_event_and_health_follows_a_sink_destination() {
+    // The destination refuses everything until `up` is set.
+    let up = Arc::new(AtomicBool::new(false));
+    let (port, received) = {
+        let up = Arc::clone(&up);
+        http_server(
+            move |_| if up.load(Ordering::SeqCst) { 200 } else { 503 },
+            Duration::ZERO,
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // 1000 numbers; the filter drops those ending in 7 (100 of them).
+    let config = format!(
+        r#"
+agent:
+  data_dir: ./state
+  http: 127.0.0.1:0
+  unhealthy_after: 1s
+sources:
+  numbers:
+    type: seq
+    channels: [buffer]
+    batch_size: 50
+    total_events: 1000
+    interceptors:
+      - {{ type: regex_filter, regex: "7$", exclude_events: true }}
+channels:
+  buffer:
+    type: memory
+    capacity: 2000
+    transaction_capacity: 100
+sinks:
+  out:
+    type: http
+    channel: buffer
+    batch_size: 100
+    endpoint: http://127.0.0.1:{port}/events
+"#
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    let address = http_address(&agent);
+
+    // The destination is down: once the sink has failed for a second, /health names it.
+    wait_until(Duration::from_secs(20), "/health to answer 503", || {
+        get(&address, "/health").0 == 503
+    });
+    let (_, health) = json(&address, "/health");
+    let failing = health["failing"].as_array().unwrap();
+    assert_eq!(failing.len(), 1, "{health}");
+    assert_eq!(failing[0]["component"], "SINK.out", "{health}");
+    assert!(
+        failing[0]["error"].as_str().unwrap().contains("503"),
+        "{health}"
+    );
+    assert!(failing[0]["consecutive_failures"].as_u64().unwrap() >= 1);
+
+    // During the run: the events wait in the channel, the sink's failures are counted.
+    if let Some(samples) = scrape(&address) {
+        assert_eq!(value(&samples, "ferry_channel_size", "buffer"), 900.0);
+        assert_eq!(value(&samples, "ferry_channel_capacity", "buffer"), 2000.0);
+        assert_eq!(
+            value(&samples, "ferry_channel_fill_percentage", "buffer"),
+            45.0
+        );
+        assert!(value(&samples, "ferry_sink_event_write_fail_total", "out") >= 100.0);
+        assert!(value(&samples, "ferry_sink_consecutive_failures", "out") >= 1.0);
+        assert_eq!(
+            value(&samples, "ferry_sink_event_drain_success_total", "out"),
+            0.0
+        );
+    }
+    let (_, flume) = json(&address, "/metrics.json");
+    assert!(
+        flume["SINK.out"]["LastError"]
+            .as_str()
+            .unwrap()
+            .contains("503"),
+        "{flume}"
+    );
+
+    // The destination comes back: everything is delivered and /health is 200 again.
+    up.store(true, Ordering::SeqCst);
+    wait_until(Duration::from_secs(20), "every event delivered", || {
+        received.bodies.lock().unwrap().len() == 900
+    });
+    wait_until(Duration::from_secs(10), "/health to answer 200", || {
+        get(&address, "/health").0 == 200
+    });
+
+    // After the run: every counter agrees with what was sent and delivered.
+    if let Some(samples) = scrape(&address) {
+        let source = |s: &str| value(&samples, &format!("ferry_source_{s}_total"), "numbers");
+        let channel = |s: &str| value(&samples, &format!("ferry_channel_{s}_total"), "buffer");
+        let sink = |s: &str| value(&samples, &format!("ferry_sink_{s}_total"), "out");
+        assert_eq!(source("event_received"), 1000.0);
+        assert_eq!(source("event_filtered"), 100.0);
+        assert_eq!(source("event_accepted"), 900.0);
+        assert_eq!(source("append_batch_received"), 20.0);
+        assert_eq!(source("append_batch_accepted"), 20.0);
+        assert_eq!(source("channel_write_fail"), 0.0);
+        assert_eq!(channel("event_put_attempt"), 900.0);
+        assert_eq!(channel("event_put_success"), 900.0);
+        assert_eq!(channel("event_take_success"), 900.0);
+        assert!(channel("rollback") >= 1.0, "failed deliveries roll back");
+        assert_eq!(sink("event_drain_success"), 900.0);
+        assert_eq!(
+            sink("event_drain_attempt"),
+            900.0 + sink("event_write_fail"),
+            "every failed event was attempted again"
+        );
+        assert_eq!(sink("batch_complete"), 9.0);
+        assert_eq!(sink("connection_created"), 1.0);
+        assert_eq!(value(&samples, "ferry_channel_size", "buffer"), 0.0);
+        assert_eq!(
+            value(&samples, "ferry_sink_consecutive_failures", "out"),
+            0.0
+        );
+    }
+
+    // /metrics.json: Flume's layout, every value a string.
+    let (status, flume) = json(&address, "/metrics.json");
+    assert_eq!(status, 200);
+    let flume = flume.as_object().unwrap();
+    assert_eq!(
+        flume.keys().collect::<Vec<_>>(),
+        ["CHANNEL.buffer", "SINK.out", "SOURCE.numbers"]
+    );
+    for (key, component) in flume {
+        let component = component.as_object().unwrap();
+        let kind = key.split('.').next().unwrap();
+        let expected = FLUME_KEYS.iter().find(|(k, _)| *k == kind).unwrap().1;
+        for name in expected {
+            assert!(
+                component.contains_key(*name),
+                "{key} lacks {name}: {component:?}"
+            );
+        }
+        for (name, value) in component {
+            assert!(value.is_string(), "{key}.{name} is not a string: {value}");
+        }
+        assert_eq!(component["Type"], kind);
+        let start: u64 = component["StartTime"].as_str().unwrap().parse().unwrap();
+        assert!(start > 1_600_000_000_000, "{key}: StartTime {start}");
+    }
+    assert_eq!(flume["CHANNEL.buffer"]["EventPutSuccessCount"], "900");
+    assert_eq!(flume["CHANNEL.buffer"]["ChannelFillPercentage"], "0.0");
+    assert_eq!(flume["SOURCE.numbers"]["EventAcceptedCount"], "900");
+    // The seq source has finished, so the pipeline drained and stopped (the server stays up
+    // until the agent is told to stop).
+    for key in ["SOURCE.numbers", "CHANNEL.buffer", "SINK.out"] {
+        assert_ne!(flume[key]["StopTime"], "0", "{key}");
+    }
+    assert_eq!(flume["SINK.out"]["ConnectionClosedCount"], "1");
+    assert_eq!(flume["SINK.out"]["EventDrainSuccessCount"], "900");
+    assert_eq!(flume["SINK.out"]["LastError"], "");
+
+    // /api/pipeline: the components for a console.
+    let (status, api) = json(&address, "/api/pipeline");
+    assert_eq!(status, 200);
+    let components = api["components"].as_array().unwrap();
+    let sink = components.iter().find(|c| c["name"] == "out").unwrap();
+    assert_eq!(
+        (&sink["kind"], &sink["type"]),
+        (&"sink".into(), &"http".into())
+    );
+    assert_eq!(sink["counters"]["EventDrainSuccessCount"], 900);
+    let channel = components.iter().find(|c| c["kind"] == "channel").unwrap();
+    assert_eq!(channel["type"], "memory");
+    assert_eq!(channel["fill_percentage"], 0.0);
+
+    // One line per component start and stop; the server stops with the agent.
+    agent.signal(Signal::SIGTERM);
+    let status = agent.wait(Duration::from_secs(30));
+    let log = agent.log();
+    assert!(status.success(), "{status:?}\n{log}");
+    for line in [
+        "source started",
+        "source stopped",
+        "channel started",
+        "channel stopped",
+        "sink started",
+        "sink stopped",
+        "HTTP server stopped",
+    ] {
+        assert!(log.contains(line), "no `{line}` in:\n{log}");
+    }
+    assert!(!log.contains('\u{1b}'), "no colours when not on a terminal");
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "agent:\n  data_dir: ./state\nsources:\n  numbers:\n    type: seq\n    channels: [buffer]\n    total_events: 10\nchannels:\n  buffer:\n    type: memory\nsinks:\n  out:\n    type: null\n    channel: buffer\n";
+    std::fs::write(dir.path().join("pipeline.yaml"), config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["--log-format", "json", "run", "pipeline.yaml"])
+        .current_dir(dir.path())
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let log = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "sink stopped" && l["fields"]["sink"] == "out"),
+        "{log}"
+    );
+}
