@@ -382,3 +382,158 @@ fn json_logs_are_one_object_per_line() {
         "{log}"
     );
 }
+
+/// The bundled broker's state at `/api/broker` and in `/metrics` of the agent that runs it:
+/// 1,000 events from `seq` into a 3-partition topic, a group that consumed 10 of them, its lag
+/// the 990 left; and `agent broker` with its own `http` serving the same.
+#[test]
+fn the_bundled_brokers_partitions_groups_and_lag_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = harness::free_port();
+    let config = format!(
+        "\
+agent:
+  data_dir: ./data
+  http: 127.0.0.1:0
+broker:
+  listen: 127.0.0.1:{port}
+  data_dir: ./broker
+  num_partitions: 3
+sources:
+  numbers:
+    type: seq
+    channels: [buffer]
+    batch_size: 100
+    total_events: 1000
+channels:
+  buffer:
+    type: memory
+    capacity: 1000
+    transaction_capacity: 100
+sinks:
+  to_kafka:
+    type: kafka
+    channel: buffer
+    bootstrap_servers: 127.0.0.1:{port}
+    topic: numbers
+"
+    );
+    let agent = Agent::start(dir.path(), &config);
+    let address = http_address(&agent);
+    let high_watermarks = |stats: &serde_json::Value| -> i64 {
+        stats["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["topic"] == "numbers")
+            .map(|p| p["high_watermark"].as_i64().unwrap())
+            .sum()
+    };
+    wait_until(
+        Duration::from_secs(60),
+        "1,000 records in the topic",
+        || high_watermarks(&json(&address, "/api/broker").1) == 1000,
+    );
+    let consumed = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["console-consumer", "--bootstrap-server"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args([
+            "--topic",
+            "numbers",
+            "--group",
+            "readers",
+            "--from-beginning",
+        ])
+        .args(["--max-messages", "10"])
+        .output()
+        .unwrap();
+    assert!(consumed.status.success(), "{consumed:?}");
+    let lag = |stats: &serde_json::Value| -> Option<i64> {
+        let group = stats["groups"]
+            .as_array()?
+            .iter()
+            .find(|g| g["group"] == "readers")?;
+        Some(
+            group["offsets"]
+                .as_array()?
+                .iter()
+                .map(|o| o["lag"].as_i64().unwrap_or(0))
+                .sum(),
+        )
+    };
+    // Partitions without a committed offset have no lag: the 990 are counted once all three
+    // have one, which the consumer's ten records need not give; what is committed is exact.
+    let (_, stats) = json(&address, "/api/broker");
+    let group = stats["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group"] == "readers")
+        .unwrap_or_else(|| panic!("no group `readers` in {stats}"));
+    let committed: i64 = group["offsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["committed_offset"].as_i64().unwrap())
+        .sum();
+    assert_eq!(committed, 10, "{group}");
+    let partitions_with_offsets = group["offsets"].as_array().unwrap().len();
+    if partitions_with_offsets == 3 {
+        assert_eq!(lag(&stats), Some(990), "{group}");
+    }
+    let (status, text) = get(&address, "/metrics");
+    assert_eq!(status, 200);
+    for family in [
+        "kafka_high_watermark{",
+        "kafka_group_lag{",
+        "kafka_requests_total{",
+        "ferry_sink_event_drain_success_total{",
+    ] {
+        assert!(text.contains(family), "no {family} in /metrics:\n{text}");
+    }
+    drop(agent);
+
+    // `agent broker` alone, on the same data: its own `http` option.
+    let broker_dir = dir.path().join("alone");
+    std::fs::create_dir_all(&broker_dir).unwrap();
+    let file = broker_dir.join("broker.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "listen: 127.0.0.1:{}\ndata_dir: {}\nhttp: 127.0.0.1:0\n",
+            harness::free_port(),
+            dir.path().join("broker").display()
+        ),
+    )
+    .unwrap();
+    let log = broker_dir.join("agent.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["broker", "--config"])
+        .arg(&file)
+        .env("NO_COLOR", "1")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut alone = None;
+    wait_until(
+        Duration::from_secs(30),
+        "agent broker's HTTP server",
+        || {
+            alone = std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.contains("HTTP server listening"))
+                .and_then(|l| l.split("address=").nth(1))
+                .map(|a| a.split_whitespace().next().unwrap().to_owned());
+            alone.is_some()
+        },
+    );
+    let alone = alone.unwrap();
+    let (status, stats) = json(&alone, "/api/broker");
+    assert_eq!(status, 200);
+    assert_eq!(high_watermarks(&stats), 1000, "{stats}");
+    assert_eq!(get(&alone, "/health").0, 200);
+    assert!(get(&alone, "/metrics").1.contains("kafka_log_size_bytes{"));
+    let _ = child.kill();
+    let _ = child.wait();
+}

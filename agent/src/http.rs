@@ -126,6 +126,14 @@ impl PipelineMetrics {
         }
     }
 
+    /// No components: the metrics of `agent broker`, which runs no pipeline.
+    pub fn empty() -> Self {
+        Self {
+            components: Arc::new(Vec::new()),
+            unhealthy_after: Duration::from_secs(30),
+        }
+    }
+
     /// Flume's JSON reporting layout: one object per component, keyed `KIND.name`, each
     /// value a string, with `StartTime`, `StopTime` (epoch millis, 0 while running) and
     /// `Type`; sinks and sources also carry `LastError` (empty while not failing).
@@ -417,6 +425,19 @@ impl HttpServer {
     pub fn merge(&mut self, routes: Router) -> &mut Self {
         self.routes = std::mem::take(&mut self.routes).merge(routes);
         self
+    }
+
+    /// Adds the bundled broker's metrics to `/metrics` and its state (partitions, traffic,
+    /// requests, connections, groups with their lag, open transactions) at `/api/broker`.
+    pub fn with_broker(&mut self, broker: ferry_broker::BrokerObserver) -> &mut Self {
+        broker.register_metrics(&mut self.registry);
+        self.merge(Router::new().route(
+            "/api/broker",
+            get(move || {
+                let stats = broker.stats();
+                async move { axum::Json(stats) }
+            }),
+        ))
     }
 
     fn router(self) -> Router {

@@ -203,9 +203,23 @@ fn broker(file: Option<&Path>) -> ExitCode {
         },
     };
     until_stopped(|stop| async move {
+        let http_address = config.http;
         let broker = ferry_broker::Broker::start(config).await?;
         tracing::info!(listeners = %runtime::listeners(&broker), "broker started");
+        let http_stop = Shutdown::new();
+        let http = match http_address {
+            Some(address) => {
+                let mut server = http::HttpServer::new(http::PipelineMetrics::empty());
+                server.with_broker(broker.observer());
+                Some(server.start(address, http_stop.clone()).await?)
+            }
+            None => None,
+        };
         stop.wait().await;
+        if let Some(http) = http {
+            http_stop.trigger();
+            http.stopped().await;
+        }
         broker.shutdown().await;
         tracing::info!("broker stopped");
         Ok(())

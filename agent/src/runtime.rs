@@ -59,7 +59,10 @@ pub async fn run(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
     let http_stop = Shutdown::new();
     let http = match topology.agent.http {
         Some(address) => {
-            let server = HttpServer::new(PipelineMetrics::new(&topology));
+            let mut server = HttpServer::new(PipelineMetrics::new(&topology));
+            if let Some(broker) = &broker {
+                server.with_broker(broker.observer());
+            }
             Some(server.start(address, http_stop.clone()).await?)
         }
         None => None,

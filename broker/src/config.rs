@@ -20,6 +20,10 @@ pub struct BrokerConfig {
     /// `host:port` given to clients in metadata for the `listen` listener (Kafka
     /// `advertised.listeners`). Default: the bound listen address.
     pub advertised_listener: Option<String>,
+    /// Address of the HTTP server of `agent broker` (`/metrics`, `/health`, `/api/broker`),
+    /// e.g. `127.0.0.1:8048`; off unless set. The broker itself serves no HTTP: the agent
+    /// binary does, and in a pipeline file `agent.http` serves the bundled broker's metrics.
+    pub http: Option<SocketAddr>,
     /// The listeners, each with its own address and security protocol (Kafka `listeners`,
     /// `listener.security.protocol.map`, `advertised.listeners`). Default: none, and the one
     /// plaintext listener of `listen`; the two cannot be given together.
@@ -125,6 +129,7 @@ impl Default for BrokerConfig {
         BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             advertised_listener: None,
+            http: None,
             listeners: Vec::new(),
             users: Vec::new(),
             data_dir: PathBuf::from("./var/broker"),
