@@ -85,6 +85,9 @@ enum Command {
     Acls(tools::acls::AclsArgs),
     /// Adds, deletes and lists SCRAM users (as kafka-configs.sh --entity-type users).
     Users(tools::users::UsersArgs),
+    /// Shows a running agent's rates, channel fill, broker topics and group lag in the
+    /// terminal, from its HTTP API (`agent.http`); q quits.
+    Top(tools::top::TopArgs),
     /// Writes standard input to a topic, a record per line (as kafka-console-producer.sh).
     ConsoleProducer(tools::console::ProducerArgs),
     /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
@@ -116,6 +119,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Transactions(args) => tool(tools::transactions::run(args)),
         Command::Acls(args) => tool(tools::acls::run(args)),
         Command::Users(args) => tool(tools::users::run(args)),
+        Command::Top(args) => tool(tools::top::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
         Command::DumpLogSegments {
