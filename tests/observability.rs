@@ -537,3 +537,85 @@ sinks:
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `agent top` under tmux: it draws the pipeline of a running agent with a non-zero rate, and
+/// `q` ends it.
+#[test]
+fn agent_top_shows_the_pipeline_and_its_rates_and_quits_on_q() {
+    let found = Command::new("tmux").arg("-V").output().is_ok();
+    assert!(
+        found || !harness::clients_required(),
+        "tmux is required but not installed"
+    );
+    if !found {
+        eprintln!("tmux not installed: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = "\
+agent:
+  data_dir: ./data
+  http: 127.0.0.1:0
+sources:
+  counter:
+    type: seq
+    channels: [buffer]
+    batch_size: 100
+channels:
+  buffer:
+    type: memory
+    capacity: 10000
+    transaction_capacity: 100
+sinks:
+  nowhere:
+    type: null
+    channel: buffer
+";
+    let agent = Agent::start(dir.path(), config);
+    let address = http_address(&agent);
+    let session = format!("ferry-top-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(args)
+            .env_remove("TMUX")
+            .output()
+            .unwrap()
+    };
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "160",
+        "-y",
+        "40",
+        &format!(
+            "{} top --address {address} --interval 300ms",
+            env!("CARGO_BIN_EXE_agent")
+        ),
+    ]);
+    assert!(started.status.success(), "{started:?}");
+    let screen = || {
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &session]).stdout).into_owned()
+    };
+    let rate_of = |screen: &str, name: &str| -> Option<f64> {
+        let line = screen
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))?;
+        line.split_whitespace().nth(3)?.parse().ok()
+    };
+    wait_until(Duration::from_secs(30), "agent top to show a rate", || {
+        let screen = screen();
+        rate_of(&screen, "counter").is_some_and(|r| r > 0.0)
+            && rate_of(&screen, "nowhere").is_some_and(|r| r > 0.0)
+    });
+    let shown = screen();
+    assert!(shown.contains("agent top"), "{shown}");
+    assert!(shown.contains("buffer"), "{shown}");
+    assert!(tmux(&["send-keys", "-t", &session, "q"]).status.success());
+    wait_until(Duration::from_secs(10), "agent top to quit on q", || {
+        !tmux(&["has-session", "-t", &session]).status.success()
+    });
+    drop(agent);
+}
