@@ -619,3 +619,162 @@ sinks:
     });
     drop(agent);
 }
+
+/// The web console in headless Chromium (Debian's `chromium`): a running agent with the bundled
+/// broker, a topic of 3 partitions fed by a tailed file, and a consumer group that read only
+/// some of it. The page, after its script ran, shows the topic, its partitions with their
+/// offsets, the group with its lag, and the pipeline with non-zero rates; a screenshot goes to
+/// `target/console.png`.
+#[test]
+fn the_web_console_shows_topics_partitions_groups_and_pipeline_rates_in_chromium() {
+    let chromium = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok());
+    assert!(
+        chromium.is_some() || !harness::clients_required(),
+        "chromium is required but not installed"
+    );
+    let Some(chromium) = chromium else {
+        eprintln!("chromium not installed: skipping");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let port = harness::free_port();
+    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+    let config = format!(
+        "\
+agent:
+  data_dir: ./data
+  http: 127.0.0.1:0
+broker:
+  listen: 127.0.0.1:{port}
+  data_dir: ./broker
+  num_partitions: 3
+sources:
+  app_logs:
+    type: taildir
+    channels: [buffer]
+    filegroups:
+      app: ./logs/*.log
+channels:
+  buffer:
+    type: memory
+    capacity: 10000
+    transaction_capacity: 1000
+sinks:
+  to_kafka:
+    type: kafka
+    channel: buffer
+    bootstrap_servers: 127.0.0.1:{port}
+    topic: console-logs
+"
+    );
+    let agent = Agent::start(dir.path(), &config);
+    let address = http_address(&agent);
+    // Lines keep coming while the page is open, so that its rates are not zero.
+    let writing = Arc::new(AtomicBool::new(true));
+    let writer = {
+        let (writing, file) = (Arc::clone(&writing), dir.path().join("logs/app.log"));
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while writing.load(Ordering::SeqCst) {
+                let mut out = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&file)
+                    .unwrap();
+                for _ in 0..50 {
+                    writeln!(out, "line {n}").unwrap();
+                    n += 1;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    wait_until(Duration::from_secs(60), "records in the topic", || {
+        let (_, stats) = json(&address, "/api/broker");
+        stats["partitions"]
+            .as_array()
+            .is_some_and(|p| p.iter().filter(|p| p["topic"] == "console-logs").count() == 3)
+    });
+    let consumed = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["console-consumer", "--bootstrap-server"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--topic", "console-logs", "--group", "readers", "--from-beginning"])
+        .args(["--max-messages", "20"])
+        .output()
+        .unwrap();
+    assert!(consumed.status.success(), "{consumed:?}");
+
+    let browser = |extra: &[&str]| {
+        let profile = tempfile::tempdir().unwrap();
+        let output = Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--virtual-time-budget=7000",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(format!("http://{address}/"))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "chromium: {output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let dom = browser(&["--dump-dom"]);
+    let screenshot = harness::repo_root().join("target/console.png");
+    browser(&[
+        "--window-size=1280,1400",
+        &format!("--screenshot={}", screenshot.display()),
+    ]);
+    writing.store(false, Ordering::SeqCst);
+    writer.join().unwrap();
+
+    // What the script put in the page.
+    assert!(dom.contains(r#"class="topic" data-topic="console-logs""#), "{dom}");
+    let partitions = dom.matches(r#"class="partition" data-topic="console-logs""#).count();
+    assert_eq!(partitions, 3, "{dom}");
+    let high_watermarks: Vec<u64> = dom
+        .split(r#"class="num high-watermark">"#)
+        .skip(1)
+        .map(|rest| rest.split('<').next().unwrap().replace(',', "").parse().unwrap())
+        .collect();
+    assert!(high_watermarks.iter().sum::<u64>() > 20, "{high_watermarks:?}");
+    let group = dom
+        .split(r#"class="group" data-group="readers""#)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no group in {dom}"));
+    let lag: u64 = group
+        .split(r#"class="num lag">"#)
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .map(|n| n.replace(',', "").parse().unwrap())
+        .unwrap();
+    assert!(lag > 0, "{group}");
+    for name in ["app_logs", "buffer", "to_kafka"] {
+        let component = dom
+            .split(&format!(r#"data-name="{name}""#))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {name} in {dom}"));
+        let rate: u64 = component
+            .split(r#"class="events-per-s">"#)
+            .nth(1)
+            .and_then(|rest| rest.split('<').next())
+            .map(|n| n.replace(',', "").parse().unwrap())
+            .unwrap();
+        assert!(rate > 0, "{name} shows no rate: {component}");
+    }
+    assert!(
+        std::fs::metadata(&screenshot).is_ok_and(|m| m.len() > 10_000),
+        "no screenshot at {}",
+        screenshot.display()
+    );
+    drop(agent);
+}

@@ -22,7 +22,7 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use ferry_core::{ComponentMetrics, Failure, MeteredChannel, Shutdown};
+use ferry_core::{Channel, ComponentMetrics, Failure, MeteredChannel, Shutdown};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -48,6 +48,8 @@ struct Component {
     metrics: ComponentMetrics,
     /// For channels: to read the size before the counters.
     channel: Option<Arc<MeteredChannel>>,
+    /// The channels a source puts to, or the one a sink takes from.
+    channels: Vec<String>,
 }
 
 impl Component {
@@ -88,6 +90,14 @@ impl PipelineMetrics {
     /// The metrics of every source, channel and sink of `topology` (sources and sinks share
     /// their counters with the specs that will run them).
     pub fn new(topology: &Topology) -> Self {
+        // A spec holds its channels as the metered channels of the topology, shared.
+        let channel_name = |channel: &Arc<dyn Channel>| {
+            topology
+                .channels
+                .iter()
+                .find(|(_, metered)| std::ptr::addr_eq(Arc::as_ptr(metered), Arc::as_ptr(channel)))
+                .map(|(name, _)| name.clone())
+        };
         let mut components = Vec::new();
         for spec in &topology.sources {
             components.push(Component {
@@ -96,6 +106,7 @@ impl PipelineMetrics {
                 type_name: spec.config.type_name().to_owned(),
                 metrics: spec.metrics.clone(),
                 channel: None,
+                channels: spec.channels.iter().filter_map(channel_name).collect(),
             });
         }
         for (name, channel) in &topology.channels {
@@ -109,6 +120,7 @@ impl PipelineMetrics {
                     .unwrap_or_default(),
                 metrics: channel.metrics().clone(),
                 channel: Some(Arc::clone(channel)),
+                channels: Vec::new(),
             });
         }
         for spec in &topology.sinks {
@@ -118,6 +130,7 @@ impl PipelineMetrics {
                 type_name: spec.config.type_name().to_owned(),
                 metrics: spec.metrics.clone(),
                 channel: None,
+                channels: channel_name(&spec.channel).into_iter().collect(),
             });
         }
         Self {
@@ -217,6 +230,7 @@ impl PipelineMetrics {
                     "kind": component.kind,
                     "type": component.type_name,
                     "name": component.name,
+                    "channels": component.channels,
                     "counters": counters.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect::<Map<_, _>>(),
                     "start_time": component.metrics.start_time(),
                     "stop_time": component.metrics.stop_time(),
@@ -447,6 +461,7 @@ impl HttpServer {
         let health = pipeline.clone();
         let api = pipeline;
         Router::new()
+            .route("/", get(console))
             .route("/metrics", get(move || metrics_text(Arc::clone(&registry))))
             .route(
                 "/metrics.json",
@@ -517,6 +532,12 @@ async fn metrics_text(registry: Arc<Registry>) -> Response {
         Ok(()) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
+}
+
+/// The web console: one page, its script and style inside it (nothing fetched from
+/// elsewhere), drawing `/api/pipeline`, `/api/broker` and `/health` every two seconds.
+async fn console() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("console.html"))
 }
 
 #[cfg(test)]
