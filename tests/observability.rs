@@ -434,20 +434,7 @@ sinks:
         "1,000 records in the topic",
         || high_watermarks(&json(&address, "/api/broker").1) == 1000,
     );
-    let consumed = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(["console-consumer", "--bootstrap-server"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args([
-            "--topic",
-            "numbers",
-            "--group",
-            "readers",
-            "--from-beginning",
-        ])
-        .args(["--max-messages", "10"])
-        .output()
-        .unwrap();
-    assert!(consumed.status.success(), "{consumed:?}");
+    consume_as_readers(port, "numbers", 10);
     let lag = |stats: &serde_json::Value| -> Option<i64> {
         let group = stats["groups"]
             .as_array()?
@@ -620,6 +607,19 @@ sinks:
     drop(agent);
 }
 
+/// `agent console-consumer` in group `readers`: reads `count` records of `topic` from the
+/// beginning and commits them.
+fn consume_as_readers(port: u16, topic: &str, count: usize) {
+    let consumed = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["console-consumer", "--bootstrap-server"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--topic", topic, "--group", "readers", "--from-beginning"])
+        .args(["--max-messages", &count.to_string()])
+        .output()
+        .unwrap();
+    assert!(consumed.status.success(), "{consumed:?}");
+}
+
 /// The number at the start of `text` (up to the next tag), written with `,` separators.
 fn number(text: &str, page: &str) -> u64 {
     let shown = text.split('<').next().unwrap_or_default();
@@ -707,20 +707,7 @@ sinks:
             .as_array()
             .is_some_and(|p| p.iter().filter(|p| p["topic"] == "console-logs").count() == 3)
     });
-    let consumed = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(["console-consumer", "--bootstrap-server"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args([
-            "--topic",
-            "console-logs",
-            "--group",
-            "readers",
-            "--from-beginning",
-        ])
-        .args(["--max-messages", "20"])
-        .output()
-        .unwrap();
-    assert!(consumed.status.success(), "{consumed:?}");
+    consume_as_readers(port, "console-logs", 20);
 
     let Some(python) = python() else { return };
     let screenshot = harness::repo_root().join("target/console.png");
