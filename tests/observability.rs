@@ -281,6 +281,22 @@ sinks:
         );
         assert_eq!(sink("batch_complete"), 9.0);
         assert_eq!(sink("connection_created"), 1.0);
+        // The latency histograms: one observation per batch put, per take committed, per
+        // delivered flush.
+        let count = |sample: &str, name: &str| value(&samples, sample, name);
+        assert_eq!(
+            count("ferry_channel_put_latency_seconds_count", "buffer"),
+            source("append_batch_accepted")
+        );
+        assert_eq!(
+            count(
+                "ferry_channel_take_to_commit_latency_seconds_count",
+                "buffer"
+            ),
+            sink("batch_complete") + sink("batch_underflow")
+        );
+        assert!(count("ferry_sink_delivery_latency_seconds_count", "out") >= 1.0);
+        assert!(count("ferry_channel_take_to_commit_latency_seconds_sum", "buffer") > 0.0);
         assert_eq!(value(&samples, "ferry_channel_size", "buffer"), 0.0);
         assert_eq!(
             value(&samples, "ferry_sink_consecutive_failures", "out"),

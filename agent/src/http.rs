@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use ferry_core::{Channel, ComponentMetrics, Failure, MeteredChannel, Shutdown};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
@@ -231,6 +231,14 @@ impl PipelineMetrics {
                     "type": component.type_name,
                     "name": component.name,
                     "channels": component.channels,
+                    "latencies": component.metrics.latencies().into_iter().map(|(k, l)| {
+                        (k.to_owned(), json!({
+                            "count": l.count,
+                            "sum_seconds": l.sum_seconds,
+                            "buckets": ferry_core::metrics::LATENCY_BUCKETS.iter().zip(&l.buckets)
+                                .map(|(le, n)| json!([le, n])).collect::<Vec<_>>(),
+                        }))
+                    }).collect::<Map<_, _>>(),
                     "counters": counters.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect::<Map<_, _>>(),
                     "start_time": component.metrics.start_time(),
                     "stop_time": component.metrics.stop_time(),
@@ -308,6 +316,13 @@ fn help(flume: &str) -> &'static str {
         "OpenConnectionCount" => "Connections open to the source (Flume OpenConnectionCount)",
         "ChannelFullWaitMillis" => "Milliseconds the source waited on full channels",
         "ChannelSize" => "Events in the channel (Flume ChannelSize)",
+        "PutLatency" => "Seconds a put took, per batch committed into the channel",
+        "TakeToCommitLatency" => {
+            "Seconds from a take to its commit, per batch (a sink's delivery and commit)"
+        }
+        "DeliveryLatency" => {
+            "Seconds from a flush's first send to the sink's answer that all of it is delivered"
+        }
         "ChannelCapacity" => {
             "Most events the channel holds, 0 if unbounded (Flume ChannelCapacity)"
         }
@@ -374,6 +389,45 @@ impl Collector for PipelineCollector {
                     &component.type_name,
                     value,
                 ));
+            }
+        }
+        // Latency histograms: `ferry_<kind>_<name>_seconds`, e.g. ferry_channel_put_latency_seconds.
+        let mut latencies: BTreeMap<(&'static str, &'static str), Vec<_>> = BTreeMap::new();
+        for component in self.0.components.iter() {
+            for (metric, snapshot) in component.metrics.latencies() {
+                latencies
+                    .entry((component.kind, metric))
+                    .or_default()
+                    .push((&component.name, &component.type_name, snapshot));
+            }
+        }
+        for ((kind, metric), samples) in latencies {
+            let name = format!(
+                "{}_seconds",
+                prometheus_name(kind, metric).trim_end_matches("_total")
+            );
+            let mut family = encoder.encode_descriptor(
+                &name,
+                help(metric),
+                None,
+                prometheus_client::metrics::MetricType::Histogram,
+            )?;
+            for (component, type_name, snapshot) in samples {
+                let labels = [("name", component), ("type", type_name)];
+                let buckets: Vec<(f64, u64)> = ferry_core::metrics::LATENCY_BUCKETS
+                    .iter()
+                    .copied()
+                    .chain([f64::INFINITY])
+                    .zip(snapshot.buckets.iter().copied())
+                    .collect();
+                family
+                    .encode_family(&labels)?
+                    .encode_histogram::<NoLabelSet>(
+                        snapshot.sum_seconds,
+                        snapshot.count,
+                        &buckets,
+                        None,
+                    )?;
             }
         }
         for ((kind, flume), samples) in families {

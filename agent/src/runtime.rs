@@ -20,8 +20,8 @@ use anyhow::Context;
 use ferry_broker::Broker;
 use ferry_core::state::StateStore;
 use ferry_core::{
-    Channel, CheckpointStore, ComponentMetrics, Counter, Pipelining, Shutdown, Sink, SinkBatch,
-    SinkContext, SinkError, SourceContext, SourceOptions, TakeTransaction,
+    Channel, CheckpointStore, ComponentMetrics, Counter, Latency, Pipelining, Shutdown, Sink,
+    SinkBatch, SinkContext, SinkError, SourceContext, SourceOptions, TakeTransaction,
 };
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -273,6 +273,8 @@ struct SinkCounters {
     connections_created: Counter,
     connections_closed: Counter,
     connections_failed: Counter,
+    /// From the first send of a flush to the sink's answer that all of it is delivered.
+    delivery: Latency,
 }
 
 impl SinkCounters {
@@ -289,6 +291,7 @@ impl SinkCounters {
             connections_created: metrics.counter("ConnectionCreatedCount"),
             connections_closed: metrics.counter("ConnectionClosedCount"),
             connections_failed: metrics.counter("ConnectionFailedCount"),
+            delivery: metrics.latency("DeliveryLatency"),
         }
     }
 }
@@ -544,6 +547,9 @@ impl SinkRunner {
     async fn flush(&mut self) -> Flow {
         match self.sink.flush().await {
             Ok(()) => {
+                if let Some(since) = self.in_flight.since {
+                    self.counters.delivery.observe(since.elapsed());
+                }
                 self.commit().await;
                 Flow::Continue
             }

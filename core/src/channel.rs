@@ -7,14 +7,14 @@
 //! the sources.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
 use crate::ack::Acknowledgement;
 use crate::checkpoint::Checkpoint;
 use crate::event::Event;
-use crate::metrics::{ComponentMetrics, Counter};
+use crate::metrics::{ComponentMetrics, Counter, Latency};
 
 /// One batch offered to a channel by a source.
 #[derive(Debug)]
@@ -168,6 +168,8 @@ struct ChannelCounts {
     take_attempts: Counter,
     take_successes: Counter,
     rollbacks: Counter,
+    put_latency: Latency,
+    take_to_commit: Latency,
 }
 
 impl MeteredChannel {
@@ -180,6 +182,8 @@ impl MeteredChannel {
             take_attempts: metrics.counter("EventTakeAttemptCount"),
             take_successes: metrics.counter("EventTakeSuccessCount"),
             rollbacks: metrics.counter("RollbackCount"),
+            put_latency: metrics.latency("PutLatency"),
+            take_to_commit: metrics.latency("TakeToCommitLatency"),
         };
         let channel = Self {
             inner,
@@ -211,13 +215,17 @@ impl MeteredChannel {
     async fn counted_put(&self, batch: PutBatch, wait: bool) -> Result<(), ChannelError> {
         let n = batch.events.len() as u64;
         self.counts.put_attempts.add(n);
+        let started = Instant::now();
         let result = if wait {
             self.inner.put(batch).await
         } else {
             self.inner.try_put(batch).await
         };
         match &result {
-            Ok(()) => self.counts.put_successes.add(n),
+            Ok(()) => {
+                self.counts.put_successes.add(n);
+                self.counts.put_latency.observe(started.elapsed());
+            }
             Err(_) => self.counts.rollbacks.inc(),
         }
         result
@@ -251,6 +259,7 @@ impl Channel for MeteredChannel {
         Ok(Box::new(MeteredTake {
             inner: take,
             counts: Arc::clone(&self.counts),
+            taken: Instant::now(),
         }))
     }
     fn transaction_capacity(&self) -> usize {
@@ -279,6 +288,7 @@ impl Channel for MeteredChannel {
 struct MeteredTake {
     inner: Box<dyn TakeTransaction>,
     counts: Arc<ChannelCounts>,
+    taken: Instant,
 }
 
 #[async_trait]
@@ -291,9 +301,10 @@ impl TakeTransaction for MeteredTake {
     }
     async fn commit(self: Box<Self>) -> Result<(), ChannelError> {
         let n = self.inner.events().len() as u64;
-        let counts = self.counts;
+        let (counts, taken) = (self.counts, self.taken);
         self.inner.commit().await?;
         counts.take_successes.add(n);
+        counts.take_to_commit.observe(taken.elapsed());
         Ok(())
     }
     async fn rollback(self: Box<Self>) -> Result<(), ChannelError> {

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A counter or gauge shared between a component and the metrics endpoint.
 #[derive(Clone, Debug, Default)]
@@ -68,6 +68,64 @@ struct Status {
     failure: Mutex<Option<Failure>>,
 }
 
+/// Upper bounds of the latency buckets, in seconds: Prometheus' default buckets with a finer
+/// low end, where a memory channel's puts fall.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A latency histogram shared between a component and the metrics endpoint: one relaxed
+/// atomic add per bucket hit and one for the sum, per observation (a batch, not an event).
+#[derive(Clone, Debug, Default)]
+pub struct Latency(Arc<LatencyCounts>);
+
+#[derive(Debug, Default)]
+struct LatencyCounts {
+    /// Observations per bucket of [`LATENCY_BUCKETS`], the last one above them all.
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+/// What a [`Latency`] holds at one moment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LatencySnapshot {
+    /// Observations per bucket of [`LATENCY_BUCKETS`] (not cumulative), then above them all.
+    pub buckets: Vec<u64>,
+    /// Observations in all.
+    pub count: u64,
+    /// Their sum, in seconds.
+    pub sum_seconds: f64,
+}
+
+impl Latency {
+    /// Counts one observation of `elapsed`.
+    pub fn observe(&self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.0.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.0.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> LatencySnapshot {
+        let buckets: Vec<u64> = self
+            .0
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        LatencySnapshot {
+            count: buckets.iter().sum(),
+            buckets,
+            sum_seconds: self.0.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
 /// The counters of one component, created on first use, and its status.
 ///
 /// ```
@@ -86,6 +144,7 @@ pub struct ComponentMetrics {
     kind: &'static str,
     name: String,
     counters: Arc<Mutex<BTreeMap<&'static str, Counter>>>,
+    latencies: Arc<Mutex<BTreeMap<&'static str, Latency>>>,
     status: Arc<Status>,
 }
 
@@ -96,8 +155,19 @@ impl ComponentMetrics {
             kind,
             name: name.into(),
             counters: Arc::default(),
+            latencies: Arc::default(),
             status: Arc::default(),
         }
+    }
+    /// The latency histogram called `metric`, e.g. `PutLatency`. Look it up once and keep it.
+    pub fn latency(&self, metric: &'static str) -> Latency {
+        let mut map = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(metric).or_default().clone()
+    }
+    /// Every latency histogram and its counts, by name.
+    pub fn latencies(&self) -> Vec<(&'static str, LatencySnapshot)> {
+        let map = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().map(|(k, v)| (*k, v.snapshot())).collect()
     }
     /// The counter called `metric`, e.g. `EventAcceptedCount`. Look it up once and keep it.
     pub fn counter(&self, metric: &'static str) -> Counter {
