@@ -228,6 +228,12 @@ sinks:
     // During the run: the events wait in the channel, the sink's failures are counted.
     if let Some(samples) = scrape(&address) {
         assert_eq!(value(&samples, "ferry_channel_size", "buffer"), 900.0);
+        let oldest = value(
+            &samples,
+            "ferry_channel_oldest_event_age_milliseconds",
+            "buffer",
+        );
+        assert!(oldest > 0.0, "the events wait while the sink is down");
         assert_eq!(value(&samples, "ferry_channel_capacity", "buffer"), 2000.0);
         assert_eq!(
             value(&samples, "ferry_channel_fill_percentage", "buffer"),
@@ -298,6 +304,14 @@ sinks:
         assert!(count("ferry_sink_delivery_latency_seconds_count", "out") >= 1.0);
         assert!(count("ferry_channel_take_to_commit_latency_seconds_sum", "buffer") > 0.0);
         assert_eq!(value(&samples, "ferry_channel_size", "buffer"), 0.0);
+        assert_eq!(
+            value(
+                &samples,
+                "ferry_channel_oldest_event_age_milliseconds",
+                "buffer"
+            ),
+            0.0
+        );
         assert_eq!(
             value(&samples, "ferry_sink_consecutive_failures", "out"),
             0.0

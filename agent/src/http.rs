@@ -267,6 +267,7 @@ pub fn prometheus_name(kind: &str, flume: &str) -> String {
         ("channel", "ChannelFillPercentage") => "fill_percentage".to_owned(),
         (_, "OpenConnectionCount") => "open_connections".to_owned(),
         (_, "ChannelFullWaitMillis") => "channel_full_wait_milliseconds".to_owned(),
+        ("channel", "OldestEventAgeMillis") => "oldest_event_age_milliseconds".to_owned(),
         _ => {
             let snake = snake_case(flume);
             snake
@@ -316,6 +317,9 @@ fn help(flume: &str) -> &'static str {
         "OpenConnectionCount" => "Connections open to the source (Flume OpenConnectionCount)",
         "ChannelFullWaitMillis" => "Milliseconds the source waited on full channels",
         "ChannelSize" => "Events in the channel (Flume ChannelSize)",
+        "OldestEventAgeMillis" => {
+            "Milliseconds since the oldest event in the channel was put (0 when empty)"
+        }
         "PutLatency" => "Seconds a put took, per batch committed into the channel",
         "TakeToCommitLatency" => {
             "Seconds from a take to its commit, per batch (a sink's delivery and commit)"

@@ -6,7 +6,8 @@
 //! A channel is bounded: `put` waits while there is no room, which is how backpressure reaches
 //! the sources.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -170,6 +171,40 @@ struct ChannelCounts {
     rollbacks: Counter,
     put_latency: Latency,
     take_to_commit: Latency,
+    /// When the events in the channel were put, oldest first, for `OldestEventAgeMillis`.
+    ages: Mutex<VecDeque<(Instant, u64)>>,
+}
+
+impl ChannelCounts {
+    /// `n` events were put now.
+    fn put(&self, n: u64) {
+        let mut ages = self.ages.lock().unwrap_or_else(|e| e.into_inner());
+        ages.push_back((Instant::now(), n));
+    }
+
+    /// `n` events left the channel: the oldest ones, as channels hand out events in order.
+    fn taken(&self, mut n: u64) {
+        let mut ages = self.ages.lock().unwrap_or_else(|e| e.into_inner());
+        while n > 0 {
+            let Some(front) = ages.front_mut() else { break };
+            let gone = front.1.min(n);
+            front.1 -= gone;
+            n -= gone;
+            if front.1 == 0 {
+                ages.pop_front();
+            }
+        }
+    }
+
+    /// Milliseconds since the oldest event still in the channel was put; 0 when empty.
+    fn oldest_age_ms(&self, len: usize) -> u64 {
+        if len == 0 {
+            return 0;
+        }
+        let ages = self.ages.lock().unwrap_or_else(|e| e.into_inner());
+        ages.front()
+            .map_or(0, |(at, _)| at.elapsed().as_millis() as u64)
+    }
 }
 
 impl MeteredChannel {
@@ -184,6 +219,7 @@ impl MeteredChannel {
             rollbacks: metrics.counter("RollbackCount"),
             put_latency: metrics.latency("PutLatency"),
             take_to_commit: metrics.latency("TakeToCommitLatency"),
+            ages: Mutex::default(),
         };
         let channel = Self {
             inner,
@@ -207,9 +243,11 @@ impl MeteredChannel {
             n => n as u64,
         };
         self.metrics.counter("ChannelCapacity").set(capacity);
+        let len = self.inner.len();
+        self.metrics.counter("ChannelSize").set(len as u64);
         self.metrics
-            .counter("ChannelSize")
-            .set(self.inner.len() as u64);
+            .counter("OldestEventAgeMillis")
+            .set(self.counts.oldest_age_ms(len));
     }
 
     async fn counted_put(&self, batch: PutBatch, wait: bool) -> Result<(), ChannelError> {
@@ -225,6 +263,7 @@ impl MeteredChannel {
             Ok(()) => {
                 self.counts.put_successes.add(n);
                 self.counts.put_latency.observe(started.elapsed());
+                self.counts.put(n);
             }
             Err(_) => self.counts.rollbacks.inc(),
         }
@@ -239,6 +278,11 @@ impl Channel for MeteredChannel {
     }
     async fn start(&self) -> Result<(), ChannelError> {
         let result = self.inner.start().await;
+        // Events kept from before (a file channel's): their age counts from this start.
+        let kept = self.inner.len() as u64;
+        if kept > 0 {
+            self.counts.put(kept);
+        }
         self.refresh();
         result
     }
@@ -305,6 +349,7 @@ impl TakeTransaction for MeteredTake {
         self.inner.commit().await?;
         counts.take_successes.add(n);
         counts.take_to_commit.observe(taken.elapsed());
+        counts.taken(n);
         Ok(())
     }
     async fn rollback(self: Box<Self>) -> Result<(), ChannelError> {

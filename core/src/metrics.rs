@@ -39,8 +39,9 @@ impl Counter {
 }
 
 /// Counters whose value goes down as well as up: exposed as gauges, not counters.
-pub const GAUGES: [&str; 5] = [
+pub const GAUGES: [&str; 6] = [
     "ChannelSize",
+    "OldestEventAgeMillis",
     "ChannelCapacity",
     "ChannelFillPercentage",
     "OpenConnectionCount",
