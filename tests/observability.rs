@@ -796,6 +796,20 @@ sinks:
             .unwrap();
         assert!(rate > 0, "{name} shows no rate: {component}");
     }
+    // The tailed file, with how far behind the source is, on the source and in /metrics.
+    let source = dom.split(r#"data-name="app_logs""#).nth(1).unwrap();
+    let source = source.split("</div>\n  </div>").next().unwrap_or(source);
+    assert!(
+        source.contains("app.log") && source.contains("B behind"),
+        "{source}"
+    );
+    let (_, metrics) = get(&address, "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("ferry_source_file_bytes_behind{") && l.contains("app.log")),
+        "{metrics}"
+    );
     assert!(
         std::fs::metadata(&screenshot).is_ok_and(|m| m.len() > 10_000),
         "no screenshot at {}",

@@ -231,6 +231,12 @@ impl PipelineMetrics {
                     "type": component.type_name,
                     "name": component.name,
                     "channels": component.channels,
+                    "items": component.metrics.items().into_iter().map(|(k, found)| {
+                        let values: Vec<Value> = found.values.iter()
+                            .map(|(item, v)| json!({found.label: item, "value": v}))
+                            .collect();
+                        (k.to_owned(), json!(values))
+                    }).collect::<Map<_, _>>(),
                     "latencies": component.metrics.latencies().into_iter().map(|(k, l)| {
                         (k.to_owned(), json!({
                             "count": l.count,
@@ -268,6 +274,7 @@ pub fn prometheus_name(kind: &str, flume: &str) -> String {
         (_, "OpenConnectionCount") => "open_connections".to_owned(),
         (_, "ChannelFullWaitMillis") => "channel_full_wait_milliseconds".to_owned(),
         ("channel", "OldestEventAgeMillis") => "oldest_event_age_milliseconds".to_owned(),
+        (_, "FileBytesBehind") => "file_bytes_behind".to_owned(),
         _ => {
             let snake = snake_case(flume);
             snake
@@ -317,6 +324,7 @@ fn help(flume: &str) -> &'static str {
         "OpenConnectionCount" => "Connections open to the source (Flume OpenConnectionCount)",
         "ChannelFullWaitMillis" => "Milliseconds the source waited on full channels",
         "ChannelSize" => "Events in the channel (Flume ChannelSize)",
+        "FileBytesBehind" => "Bytes of a tailed file not yet committed to the channel",
         "OldestEventAgeMillis" => {
             "Milliseconds since the oldest event in the channel was put (0 when empty)"
         }
@@ -393,6 +401,36 @@ impl Collector for PipelineCollector {
                     &component.type_name,
                     value,
                 ));
+            }
+        }
+        // Per-item gauges, e.g. ferry_source_file_bytes_behind{file=...}.
+        let mut items: BTreeMap<(&'static str, &'static str), Vec<_>> = BTreeMap::new();
+        for component in self.0.components.iter() {
+            for (metric, found) in component.metrics.items() {
+                items.entry((component.kind, metric)).or_default().push((
+                    &component.name,
+                    &component.type_name,
+                    found,
+                ));
+            }
+        }
+        for ((kind, metric), samples) in items {
+            let name = prometheus_name(kind, metric);
+            let mut family = encoder.encode_descriptor(
+                &name,
+                help(metric),
+                None,
+                ConstGauge::new(0.0).metric_type(),
+            )?;
+            for (component, type_name, found) in samples {
+                for (item, value) in &found.values {
+                    let labels = [
+                        ("name", component.as_str()),
+                        ("type", type_name.as_str()),
+                        (found.label, item.as_str()),
+                    ];
+                    ConstGauge::new(*value as f64).encode(family.encode_family(&labels)?)?;
+                }
             }
         }
         // Latency histograms: `ferry_<kind>_<name>_seconds`, e.g. ferry_channel_put_latency_seconds.

@@ -48,7 +48,7 @@ pub use checkpoint::{Checkpoint, CheckpointStore, CheckpointStoreError, MemoryCh
 pub use config::{ComponentConfig, ComponentKind, ConfigError};
 pub use event::{Event, Headers};
 pub use interceptor::Interceptor;
-pub use metrics::{ComponentMetrics, Counter, Failure, Latency, LatencySnapshot};
+pub use metrics::{ComponentMetrics, Counter, Failure, Items, Latency, LatencySnapshot};
 pub use registry::Registry;
 pub use shutdown::Shutdown;
 pub use sink::{Pipelining, Sink, SinkBatch, SinkContext, SinkError};

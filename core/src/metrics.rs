@@ -146,7 +146,18 @@ pub struct ComponentMetrics {
     name: String,
     counters: Arc<Mutex<BTreeMap<&'static str, Counter>>>,
     latencies: Arc<Mutex<BTreeMap<&'static str, Latency>>>,
+    items: Arc<Mutex<BTreeMap<&'static str, Items>>>,
     status: Arc<Status>,
+}
+
+/// A gauge per item of a component (per tailed file, say): the label that names the items,
+/// and each item's value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Items {
+    /// The label naming an item, e.g. `file`.
+    pub label: &'static str,
+    /// Each item and its value.
+    pub values: Vec<(String, u64)>,
 }
 
 impl ComponentMetrics {
@@ -157,6 +168,7 @@ impl ComponentMetrics {
             name: name.into(),
             counters: Arc::default(),
             latencies: Arc::default(),
+            items: Arc::default(),
             status: Arc::default(),
         }
     }
@@ -164,6 +176,17 @@ impl ComponentMetrics {
     pub fn latency(&self, metric: &'static str) -> Latency {
         let mut map = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
         map.entry(metric).or_default().clone()
+    }
+    /// Replaces the per-item gauge `metric` (e.g. `FileBytesBehind`, items labelled `file`).
+    /// Set it when the items are looked at anyway (a directory scan), not per event.
+    pub fn set_items(&self, metric: &'static str, label: &'static str, values: Vec<(String, u64)>) {
+        let mut map = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert(metric, Items { label, values });
+    }
+    /// Every per-item gauge, by name.
+    pub fn items(&self) -> Vec<(&'static str, Items)> {
+        let map = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().map(|(k, v)| (*k, v.clone())).collect()
     }
     /// Every latency histogram and its counts, by name.
     pub fn latencies(&self) -> Vec<(&'static str, LatencySnapshot)> {

@@ -76,6 +76,21 @@ impl TailedFiles {
         }
     }
 
+    /// Per known file, the bytes written to it that are not yet committed to the channel
+    /// (its size minus its committed offset): how far behind the source is.
+    pub(crate) fn bytes_behind(&self) -> Vec<(String, u64)> {
+        self.files
+            .values()
+            .map(|f| {
+                let size = std::fs::metadata(f.path()).map_or(f.committed, |m| m.len());
+                (
+                    f.path().display().to_string(),
+                    size.saturating_sub(f.committed),
+                )
+            })
+            .collect()
+    }
+
     /// The positions to save with the events of the latest round: every known file.
     pub(crate) fn positions(&self) -> Vec<Position> {
         self.files

@@ -294,20 +294,25 @@ impl Source for TaildirSource {
             let Some(mut taken) = files.take() else {
                 break;
             };
-            let (returned, round, positions, deadline) = tokio::task::spawn_blocking(move || {
-                let now = Instant::now();
-                if rescan {
-                    taken.scan(now);
-                }
-                let round = taken.read(capacity, now);
-                let positions = (!round.events.is_empty())
-                    .then(|| checkpoint::encode(taken.positions().iter()));
-                let deadline = taken.next_deadline();
-                (taken, round, positions, deadline)
-            })
-            .await
-            .map_err(|e| SourceError::Other(format!("taildir reader failed: {e}")))?;
+            let (returned, round, positions, deadline, behind) =
+                tokio::task::spawn_blocking(move || {
+                    let now = Instant::now();
+                    let behind = rescan.then(|| {
+                        taken.scan(now);
+                        taken.bytes_behind()
+                    });
+                    let round = taken.read(capacity, now);
+                    let positions = (!round.events.is_empty())
+                        .then(|| checkpoint::encode(taken.positions().iter()));
+                    let deadline = taken.next_deadline();
+                    (taken, round, positions, deadline, behind)
+                })
+                .await
+                .map_err(|e| SourceError::Other(format!("taildir reader failed: {e}")))?;
             files = Some(returned);
+            if let Some(behind) = behind {
+                ctx.metrics().set_items("FileBytesBehind", "file", behind);
+            }
             if !round.events.is_empty() {
                 ctx.send(round.events, positions).await?;
             }
