@@ -499,7 +499,7 @@ impl PartitionLog {
         if let Err(e) = self.write_snapshot() {
             tracing::warn!(partition = %self.name, error = %e, "cannot write a producer state snapshot");
         }
-        tracing::debug!(partition = %self.name, base_offset, "rolled a new segment");
+        tracing::info!(partition = %self.name, base_offset, "rolled a new segment");
         self.segments.push(segment);
         Ok(())
     }

@@ -336,6 +336,7 @@ impl Log {
         if self.options.durability == Durability::Full {
             sync_dir(&self.dir)?;
         }
+        info!(channel = %self.name, segment = base, "rolled a new segment file");
         w.new_segments.push(base);
         Ok(())
     }
