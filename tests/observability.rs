@@ -285,6 +285,12 @@ sinks:
             900.0 + sink("event_write_fail"),
             "every failed event was attempted again"
         );
+        assert!(source("event_accepted_bytes") > 0.0);
+        assert_eq!(
+            sink("event_drain_success_bytes"),
+            source("event_accepted_bytes"),
+            "bytes in = bytes out"
+        );
         assert_eq!(sink("batch_complete"), 9.0);
         assert_eq!(sink("connection_created"), 1.0);
         // The latency histograms: one observation per batch put, per take committed, per

@@ -324,6 +324,8 @@ fn help(flume: &str) -> &'static str {
         "OpenConnectionCount" => "Connections open to the source (Flume OpenConnectionCount)",
         "ChannelFullWaitMillis" => "Milliseconds the source waited on full channels",
         "ChannelSize" => "Events in the channel (Flume ChannelSize)",
+        "EventAcceptedBytes" => "Bytes of event bodies the source put into its channels",
+        "EventDrainSuccessBytes" => "Bytes of event bodies the sink delivered",
         "FileBytesBehind" => "Bytes of a tailed file not yet committed to the channel",
         "OldestEventAgeMillis" => {
             "Milliseconds since the oldest event in the channel was put (0 when empty)"

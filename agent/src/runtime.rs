@@ -268,6 +268,7 @@ struct SinkCounters {
     batches_empty: Counter,
     drain_attempts: Counter,
     drain_successes: Counter,
+    drained_bytes: Counter,
     write_fails: Counter,
     read_fails: Counter,
     connections_created: Counter,
@@ -286,6 +287,7 @@ impl SinkCounters {
             batches_empty: metrics.counter("BatchEmptyCount"),
             drain_attempts: metrics.counter("EventDrainAttemptCount"),
             drain_successes: metrics.counter("EventDrainSuccessCount"),
+            drained_bytes: metrics.counter("EventDrainSuccessBytes"),
             write_fails: metrics.counter("EventWriteFail"),
             read_fails: metrics.counter("ChannelReadFail"),
             connections_created: metrics.counter("ConnectionCreatedCount"),
@@ -562,6 +564,7 @@ impl SinkRunner {
         let mut committed_all = true;
         for take in self.in_flight.take_all() {
             let n = take.events().len();
+            let bytes: usize = take.events().iter().map(|e| e.body.len()).sum();
             if let Err(e) = take.commit().await {
                 // The events were delivered but stay in the channel: they will be delivered
                 // again (at-least-once), never lost.
@@ -570,6 +573,7 @@ impl SinkRunner {
                 continue;
             }
             self.counters.drain_successes.add(n as u64);
+            self.counters.drained_bytes.add(bytes as u64);
             if n == self.batch_size {
                 self.counters.batches_complete.inc();
             } else {

@@ -92,6 +92,7 @@ struct Inner {
     metrics: ComponentMetrics,
     received: Counter,
     accepted: Counter,
+    accepted_bytes: Counter,
     batches_received: Counter,
     batches_accepted: Counter,
     filtered: Counter,
@@ -182,6 +183,7 @@ impl SourceContext {
         Ok(Self(Arc::new(Inner {
             received: metrics.counter("EventReceivedCount"),
             accepted: metrics.counter("EventAcceptedCount"),
+            accepted_bytes: metrics.counter("EventAcceptedBytes"),
             batches_received: metrics.counter("AppendBatchReceivedCount"),
             batches_accepted: metrics.counter("AppendBatchAcceptedCount"),
             filtered: metrics.counter("EventFilteredCount"),
@@ -285,6 +287,7 @@ impl SourceContext {
             events = interceptor.intercept(events);
         }
         let n = events.len();
+        let bytes: usize = events.iter().map(|e| e.body.len()).sum();
         inner.filtered.add(before.saturating_sub(n) as u64);
         let volatile = inner.channels.iter().filter(|c| !c.is_durable()).count();
         // With any non-durable channel the checkpoint travels only through acknowledgements:
@@ -344,6 +347,7 @@ impl SourceContext {
             *inner.committed.lock().unwrap_or_else(|e| e.into_inner()) = Some(checkpoint);
         }
         inner.accepted.add(n as u64);
+        inner.accepted_bytes.add(bytes as u64);
         inner.batches_accepted.inc();
         inner.metrics.succeeded();
         Ok(())
