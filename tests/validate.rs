@@ -61,7 +61,7 @@ const BROKEN: &[(&str, &[&str])] = &[
     (
         "batch-too-large.yaml",
         &[
-            ":5:5: source `numbers`: batch size 500 is above the transaction_capacity 100 of channel `buffer`",
+            ":5:5: source `numbers`: batch_size 500 is above the transaction_capacity 100 of channel `buffer`",
             ":15:5: sink `out`: batch_size 200 is above the transaction_capacity 100 of channel `buffer`",
         ],
     ),

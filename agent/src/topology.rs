@@ -322,13 +322,33 @@ struct Builder<'a> {
     errors: Vec<ConfigError>,
 }
 
+/// Most events a sink takes at once when the file does not say (Flume's sinks' default).
+const DEFAULT_SINK_BATCH_SIZE: usize = 100;
+
+/// Channel names declared in the file, with where; built or not.
+type Declared = BTreeMap<String, Option<Location>>;
+
 /// What is common to every component entry after the runtime's keys are taken out.
 struct Entry<'n> {
+    kind: ComponentKind,
     name: &'n str,
     key: &'n MarkedScalarNode,
+    /// The whole entry as written, runtime keys included.
+    node: &'n MarkedMappingNode,
     type_name: String,
     type_location: Option<Location>,
+    /// The component's own options: the entry without `type` and the runtime's keys.
     options: MarkedMappingNode,
+}
+
+impl Entry<'_> {
+    /// Where key `key` of the entry is written.
+    fn location_of_key(&self, key: &str) -> Option<Location> {
+        self.node
+            .keys()
+            .find(|k| k.as_str() == key)
+            .and_then(key_location)
+    }
 }
 
 impl Builder<'_> {
@@ -363,12 +383,30 @@ impl Builder<'_> {
             );
             return topology;
         };
+        self.check_sections(root);
+        self.settings(root, &mut topology);
+        let data_dir = topology.agent.data_dir.clone();
+        // Channels first: sources and sinks refer to them.
+        let declared = self.build_channels(root, &data_dir, &mut topology);
+        self.build_sources(root, &data_dir, &declared, &mut topology);
+        let read = self.build_sinks(root, &data_dir, &declared, &mut topology);
+        self.check_every_channel_is_read(&declared, &read);
+        self.check_something_runs(root);
+        topology
+    }
+
+    /// Refuses keys at the top that are not sections.
+    fn check_sections(&mut self, root: &MarkedMappingNode) {
         for key in root.keys() {
             if !SECTIONS.contains(&key.as_str()) {
                 let message = unknown_name_message("section", key.as_str(), SECTIONS);
                 self.error(key_location(key), message);
             }
         }
+    }
+
+    /// The `agent:` and `broker:` sections.
+    fn settings(&mut self, root: &MarkedMappingNode, topology: &mut Topology) {
         if let Some(agent) = root.get_node("agent") {
             match parse_section::<AgentSettings>(agent, "agent") {
                 Ok(settings) => topology.agent = settings,
@@ -381,19 +419,24 @@ impl Builder<'_> {
                 Err(error) => self.errors.push(error),
             }
         }
-        let data_dir = topology.agent.data_dir.clone();
+    }
 
-        // Channels first: sources and sinks refer to them.
-        let mut channel_keys: BTreeMap<String, Option<Location>> = BTreeMap::new();
+    /// Builds every channel; returns the names declared (built or not, so that a channel
+    /// with a bad option is not also reported as unknown where it is used) with their
+    /// locations.
+    fn build_channels(
+        &mut self,
+        root: &MarkedMappingNode,
+        data_dir: &Path,
+        topology: &mut Topology,
+    ) -> Declared {
+        let mut declared = Declared::new();
         for entry in self.entries(root, "channels", ComponentKind::Channel) {
-            channel_keys.insert(entry.name.to_owned(), key_location(entry.key));
-            let Some(()) = self.factory_check(ComponentKind::Channel, &entry) else {
+            declared.insert(entry.name.to_owned(), key_location(entry.key));
+            let Some(factory) = self.factory(&entry, |r, t| r.channel(t).cloned()) else {
                 continue;
             };
-            let Some(factory) = self.registry.channel(&entry.type_name).cloned() else {
-                continue;
-            };
-            let cfg = component_config(ComponentKind::Channel, &entry, &data_dir);
+            let cfg = component_config(ComponentKind::Channel, &entry, data_dir);
             match factory(&cfg) {
                 Ok(channel) => {
                     let channel = Arc::new(MeteredChannel::new(channel));
@@ -405,16 +448,20 @@ impl Builder<'_> {
                 Err(e) => self.errors.push(e),
             }
         }
-        let channel_names: Vec<String> = channel_keys.keys().cloned().collect();
-        let mut read: BTreeSet<String> = BTreeSet::new();
+        declared
+    }
 
+    /// Builds every source with its channels and interceptors.
+    fn build_sources(
+        &mut self,
+        root: &MarkedMappingNode,
+        data_dir: &Path,
+        declared: &Declared,
+        topology: &mut Topology,
+    ) {
         for entry in self.entries(root, "sources", ComponentKind::Source) {
             let name = entry.name.to_owned();
-            let source_node = root
-                .get_mapping("sources")
-                .and_then(|m| m.get_mapping(&name));
-            let channels_node = source_node.and_then(|m| m.get_node("channels"));
-            let channels = match channels_node {
+            let channels = match entry.node.get_node("channels") {
                 None => {
                     self.component_error(
                         ComponentKind::Source,
@@ -428,21 +475,19 @@ impl Builder<'_> {
                     ComponentKind::Source,
                     &name,
                     node,
-                    &channel_names,
+                    declared,
                     &topology.channels,
                 ),
             };
-            let interceptors = source_node
-                .and_then(|m| m.get_node("interceptors"))
-                .map(|node| self.interceptors(&name, node, &data_dir))
+            let interceptors = entry
+                .node
+                .get_node("interceptors")
+                .map(|node| self.interceptors(&name, node, data_dir))
                 .unwrap_or_default();
-            let Some(()) = self.factory_check(ComponentKind::Source, &entry) else {
+            let Some(factory) = self.factory(&entry, |r, t| r.source(t).cloned()) else {
                 continue;
             };
-            let Some(factory) = self.registry.source(&entry.type_name).cloned() else {
-                continue;
-            };
-            let cfg = component_config(ComponentKind::Source, &entry, &data_dir);
+            let cfg = component_config(ComponentKind::Source, &entry, data_dir);
             let source = match factory(&cfg) {
                 Ok(source) => source,
                 Err(e) => {
@@ -452,19 +497,13 @@ impl Builder<'_> {
             };
             if let Some(max) = source.max_batch_size() {
                 for channel in &channels {
-                    if max > channel.transaction_capacity() {
-                        let location = cfg.location_of_key("batch_size");
-                        self.component_error(
-                            ComponentKind::Source,
-                            &name,
-                            location,
-                            format!(
-                                "batch size {max} is above the transaction_capacity {} of channel `{}`",
-                                channel.transaction_capacity(),
-                                channel.name()
-                            ),
-                        );
-                    }
+                    self.check_fits(
+                        ComponentKind::Source,
+                        &name,
+                        max,
+                        channel.as_ref(),
+                        cfg.location_of_key("batch_size"),
+                    );
                 }
             }
             topology.sources.push(SourceSpec {
@@ -477,11 +516,21 @@ impl Builder<'_> {
                 interceptors,
             });
         }
+    }
 
+    /// Builds every sink with the channel it takes from; returns the names of the channels
+    /// some sink takes from.
+    fn build_sinks(
+        &mut self,
+        root: &MarkedMappingNode,
+        data_dir: &Path,
+        declared: &Declared,
+        topology: &mut Topology,
+    ) -> BTreeSet<String> {
+        let mut read = BTreeSet::new();
         for entry in self.entries(root, "sinks", ComponentKind::Sink) {
             let name = entry.name.to_owned();
-            let sink_node = root.get_mapping("sinks").and_then(|m| m.get_mapping(&name));
-            let channel = match sink_node.and_then(|m| m.get_node("channel")) {
+            let channel = match entry.node.get_node("channel") {
                 None => {
                     self.component_error(
                         ComponentKind::Sink,
@@ -492,65 +541,27 @@ impl Builder<'_> {
                     None
                 }
                 Some(node) => {
-                    let mut found = self.channel_refs(
-                        ComponentKind::Sink,
-                        &name,
-                        node,
-                        &channel_names,
-                        &topology.channels,
-                    );
                     if let Some(scalar) = node.as_scalar() {
                         read.insert(scalar.as_str().to_owned());
                     }
-                    if found.len() > 1 {
-                        self.component_error(
-                            ComponentKind::Sink,
-                            &name,
-                            location(node),
-                            "a sink takes from exactly one `channel`",
-                        );
-                    }
-                    found.pop()
+                    self.sink_channel(&name, node, declared, &topology.channels)
                 }
             };
-            let batch_node = sink_node.and_then(|m| m.get_node("batch_size"));
-            let batch_size =
-                match batch_node.map(|n| n.as_scalar().map(|s| s.as_str().parse::<usize>())) {
-                    None => 100,
-                    Some(Some(Ok(n))) if n > 0 => n,
-                    Some(_) => {
-                        self.component_error(
-                            ComponentKind::Sink,
-                            &name,
-                            batch_node.and_then(location),
-                            "`batch_size` must be a whole number of at least 1",
-                        );
-                        100
-                    }
-                };
-            if let Some(channel) = &channel
-                && batch_size > channel.transaction_capacity()
-            {
-                self.component_error(
+            let batch_size = self.sink_batch_size(&entry);
+            if let Some(channel) = &channel {
+                let location = entry.location_of_key("batch_size");
+                self.check_fits(
                     ComponentKind::Sink,
                     &name,
-                    sink_node
-                        .and_then(|m| m.keys().find(|k| k.as_str() == "batch_size"))
-                        .and_then(key_location),
-                    format!(
-                        "batch_size {batch_size} is above the transaction_capacity {} of channel `{}`",
-                        channel.transaction_capacity(),
-                        channel.name()
-                    ),
+                    batch_size,
+                    channel.as_ref(),
+                    location,
                 );
             }
-            let Some(()) = self.factory_check(ComponentKind::Sink, &entry) else {
+            let Some(factory) = self.factory(&entry, |r, t| r.sink(t).cloned()) else {
                 continue;
             };
-            let Some(factory) = self.registry.sink(&entry.type_name).cloned() else {
-                continue;
-            };
-            let cfg = component_config(ComponentKind::Sink, &entry, &data_dir);
+            let cfg = component_config(ComponentKind::Sink, &entry, data_dir);
             let sink = match factory(&cfg) {
                 Ok(sink) => sink,
                 Err(e) => {
@@ -565,9 +576,7 @@ impl Builder<'_> {
                 self.component_error(
                     ComponentKind::Sink,
                     &name,
-                    sink_node
-                        .and_then(|m| m.keys().find(|k| k.as_str() == "delivery"))
-                        .and_then(key_location),
+                    entry.location_of_key("delivery"),
                     format!(
                         "this delivery needs a channel that numbers its events (a file channel, or a kafka channel on a one-partition topic); channel `{}` does not",
                         channel.name()
@@ -586,8 +595,75 @@ impl Builder<'_> {
                 });
             }
         }
+        read
+    }
 
-        for (name, location) in &channel_keys {
+    /// The one channel a sink takes from.
+    fn sink_channel(
+        &mut self,
+        name: &str,
+        node: &Node,
+        declared: &Declared,
+        built: &BTreeMap<String, Arc<MeteredChannel>>,
+    ) -> Option<Arc<dyn Channel>> {
+        let mut found = self.channel_refs(ComponentKind::Sink, name, node, declared, built);
+        if found.len() > 1 {
+            self.component_error(
+                ComponentKind::Sink,
+                name,
+                location(node),
+                "a sink takes from exactly one `channel`",
+            );
+        }
+        found.pop()
+    }
+
+    /// A sink's `batch_size`: most events per take.
+    fn sink_batch_size(&mut self, entry: &Entry<'_>) -> usize {
+        let Some(node) = entry.node.get_node("batch_size") else {
+            return DEFAULT_SINK_BATCH_SIZE;
+        };
+        match node.as_scalar().map(|s| s.as_str().parse::<usize>()) {
+            Some(Ok(n)) if n > 0 => n,
+            _ => {
+                self.component_error(
+                    ComponentKind::Sink,
+                    entry.name,
+                    location(node),
+                    "`batch_size` must be a whole number of at least 1",
+                );
+                DEFAULT_SINK_BATCH_SIZE
+            }
+        }
+    }
+
+    /// Refuses a batch of `batch_size` events that could never fit in one transaction of
+    /// `channel`.
+    fn check_fits(
+        &mut self,
+        kind: ComponentKind,
+        name: &str,
+        batch_size: usize,
+        channel: &dyn Channel,
+        location: Option<Location>,
+    ) {
+        if batch_size > channel.transaction_capacity() {
+            self.component_error(
+                kind,
+                name,
+                location,
+                format!(
+                    "batch_size {batch_size} is above the transaction_capacity {} of channel `{}`",
+                    channel.transaction_capacity(),
+                    channel.name()
+                ),
+            );
+        }
+    }
+
+    /// A channel no sink takes from would fill up and stop its sources.
+    fn check_every_channel_is_read(&mut self, declared: &Declared, read: &BTreeSet<String>) {
+        for (name, location) in declared {
             if !read.contains(name) {
                 self.component_error(
                     ComponentKind::Channel,
@@ -597,6 +673,9 @@ impl Builder<'_> {
                 );
             }
         }
+    }
+
+    fn check_something_runs(&mut self, root: &MarkedMappingNode) {
         if root.get_node("sources").is_none()
             && root.get_node("sinks").is_none()
             && root.get_node("broker").is_none()
@@ -606,7 +685,6 @@ impl Builder<'_> {
                 "nothing to run: the file has no `sources`, `sinks` or `broker`",
             );
         }
-        topology
     }
 
     /// The entries of section `section`, with `type` taken out and checked to be present.
@@ -629,7 +707,7 @@ impl Builder<'_> {
         let mut out = Vec::new();
         for (key, value) in map.iter() {
             let name = key.as_str();
-            let Some(options) = value.as_mapping() else {
+            let Some(options_node) = value.as_mapping() else {
                 self.component_error(
                     kind,
                     name,
@@ -638,7 +716,7 @@ impl Builder<'_> {
                 );
                 continue;
             };
-            let mut options = options.clone();
+            let mut options = options_node.clone();
             let (type_name, type_location) = match options.remove("type") {
                 Some(Node::Scalar(s)) => (s.as_str().to_owned(), key_location(&s)),
                 Some(other) => {
@@ -654,8 +732,10 @@ impl Builder<'_> {
                 options.remove(*runtime_key);
             }
             out.push(Entry {
+                kind,
                 name,
                 key,
+                node: options_node,
                 type_name,
                 type_location,
                 options,
@@ -664,15 +744,20 @@ impl Builder<'_> {
         out
     }
 
-    /// Checks that the entry's type is registered, reporting the closest name otherwise.
-    fn factory_check(&mut self, kind: ComponentKind, entry: &Entry<'_>) -> Option<()> {
-        let names = self.registry.type_names(kind);
-        if names.contains(&entry.type_name.as_str()) {
-            return Some(());
+    /// The factory of the entry's type, reporting the closest name when none is registered.
+    fn factory<F>(
+        &mut self,
+        entry: &Entry<'_>,
+        lookup: impl Fn(&Registry, &str) -> Option<F>,
+    ) -> Option<F> {
+        let found = lookup(self.registry, &entry.type_name);
+        if found.is_none() {
+            let names = self.registry.type_names(entry.kind);
+            let message =
+                unknown_name_message(&format!("{} type", entry.kind), &entry.type_name, names);
+            self.component_error(entry.kind, entry.name, entry.type_location, message);
         }
-        let message = unknown_name_message(&format!("{kind} type"), &entry.type_name, names);
-        self.component_error(kind, entry.name, entry.type_location, message);
-        None
+        found
     }
 
     /// Resolves a list (or single name) of channel references.
@@ -681,7 +766,7 @@ impl Builder<'_> {
         kind: ComponentKind,
         name: &str,
         node: &Node,
-        known: &[String],
+        known: &Declared,
         built: &BTreeMap<String, Arc<MeteredChannel>>,
     ) -> Vec<Arc<dyn Channel>> {
         let refs: Vec<&MarkedScalarNode> = match node {
@@ -719,9 +804,9 @@ impl Builder<'_> {
             let channel = r.as_str();
             if let Some(c) = built.get(channel) {
                 out.push(Arc::clone(c) as Arc<dyn Channel>);
-            } else if !known.iter().any(|k| k == channel) {
+            } else if !known.contains_key(channel) {
                 let message =
-                    unknown_name_message("channel", channel, known.iter().map(String::as_str));
+                    unknown_name_message("channel", channel, known.keys().map(String::as_str));
                 self.component_error(kind, name, key_location(r), message);
             }
         }
@@ -1031,7 +1116,7 @@ sinks:
 ";
         let got = problems(yaml);
         assert_eq!(got.len(), 2, "{got:#?}");
-        assert!(got[0].starts_with("2:42: source `gen`: batch size 500 is above the transaction_capacity 100 of channel `c`"), "{got:#?}");
+        assert!(got[0].starts_with("2:42: source `gen`: batch_size 500 is above the transaction_capacity 100 of channel `c`"), "{got:#?}");
         assert!(
             got[1].starts_with("9:5: sink `out`: batch_size 101"),
             "{got:#?}"
