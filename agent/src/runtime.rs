@@ -204,11 +204,13 @@ async fn run_source_until_done(
         factory,
         channels,
         interceptors,
+        selector,
         metrics,
     } = spec;
     let options = SourceOptions {
         metrics: metrics.clone(),
         full_channel_warning,
+        selector,
     };
     let mut backoff = MIN_BACKOFF;
     loop {
@@ -808,6 +810,7 @@ mod tests {
                     events: chunk.to_vec(),
                     checkpoint: None,
                     ack: None,
+                    joint: None,
                 })
                 .await
                 .unwrap();
@@ -1119,6 +1122,7 @@ mod tests {
                     events: chunk.to_vec(),
                     checkpoint: None,
                     ack: None,
+                    joint: None,
                 })
                 .await
                 .unwrap();

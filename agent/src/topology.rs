@@ -14,12 +14,14 @@ use ferry_broker::BrokerConfig;
 use ferry_core::config::{ComponentKind, Location, unknown_name_message};
 use ferry_core::registry::{SinkFactory, SourceFactory};
 use ferry_core::{
-    Channel, ComponentConfig, ComponentMetrics, ConfigError, Interceptor, MeteredChannel, Registry,
-    Sink, Source,
+    Channel, ChannelSelector, ComponentConfig, ComponentMetrics, ConfigError, Interceptor,
+    MeteredChannel, Registry, Sink, Source,
 };
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode};
 use marked_yaml::{LoaderOptions, Node};
 use serde::Deserialize;
+
+mod selector;
 
 /// Keys allowed at the top of a pipeline file.
 const SECTIONS: [&str; 5] = ["agent", "broker", "sources", "channels", "sinks"];
@@ -90,6 +92,8 @@ pub struct SourceSpec {
     pub channels: Vec<Arc<dyn Channel>>,
     /// Its interceptors, in the order written.
     pub interceptors: Vec<Arc<dyn Interceptor>>,
+    /// Which of its channels get which events.
+    pub selector: ChannelSelector,
     /// Its counters, kept across restarts of the source.
     pub metrics: ComponentMetrics,
 }
@@ -484,6 +488,16 @@ impl Builder<'_> {
                 .get_node("interceptors")
                 .map(|node| self.interceptors(&name, node, data_dir))
                 .unwrap_or_default();
+            let selector = match entry.node.get_node("selector") {
+                None => ChannelSelector::default(),
+                Some(node) => {
+                    let names = channel_names(entry.node.get_node("channels"));
+                    selector::parse(&name, node, &names, data_dir).unwrap_or_else(|errors| {
+                        self.errors.extend(errors);
+                        ChannelSelector::default()
+                    })
+                }
+            };
             let Some(factory) = self.factory(&entry, |r, t| r.source(t).cloned()) else {
                 continue;
             };
@@ -514,6 +528,7 @@ impl Builder<'_> {
                 factory,
                 channels,
                 interceptors,
+                selector,
             });
         }
     }
@@ -921,10 +936,23 @@ pub fn parse_broker_section(node: &Node) -> Result<BrokerConfig, ConfigError> {
     parse_section::<BrokerConfig>(node, "broker")
 }
 
+/// The channel names of a source's `channels`, in order.
+fn channel_names(node: Option<&Node>) -> Vec<String> {
+    match node {
+        Some(Node::Scalar(s)) => vec![s.as_str().to_owned()],
+        Some(Node::Sequence(seq)) => seq
+            .iter()
+            .filter_map(Node::as_scalar)
+            .map(|s| s.as_str().to_owned())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Keys of a component entry that the runtime handles, not the component.
 fn runtime_keys(kind: ComponentKind) -> &'static [&'static str] {
     match kind {
-        ComponentKind::Source => &["channels", "interceptors"],
+        ComponentKind::Source => &["channels", "interceptors", "selector"],
         ComponentKind::Sink => &["channel", "batch_size"],
         ComponentKind::Channel | ComponentKind::Interceptor => &[],
     }

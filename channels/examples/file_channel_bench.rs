@@ -149,6 +149,7 @@ async fn run(
                         events: template.clone(),
                         checkpoint: None,
                         ack: None,
+                        joint: None,
                     })
                     .await?;
             }

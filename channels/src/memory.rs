@@ -326,6 +326,7 @@ mod tests {
             events: range.map(|i| Event::from_body(i.to_string())).collect(),
             checkpoint: None,
             ack: None,
+            joint: None,
         }
     }
 

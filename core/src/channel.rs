@@ -16,6 +16,7 @@ use crate::ack::Acknowledgement;
 use crate::checkpoint::Checkpoint;
 use crate::event::Event;
 use crate::metrics::{ComponentMetrics, Counter, Latency};
+use crate::state::{JointPart, StateStore};
 
 /// One batch offered to a channel by a source.
 #[derive(Debug)]
@@ -30,6 +31,9 @@ pub struct PutBatch {
     /// Delivery tracking for non-durable channels: call
     /// [`Acknowledgement::delivered`] when the events are committed by a take.
     pub ack: Option<Acknowledgement>,
+    /// Present when this batch is one part of a put into several channels of one state store
+    /// ([`Channel::joint_store`]), to be committed in one transaction with the other parts.
+    pub joint: Option<JointPart>,
 }
 
 /// Errors of channel operations.
@@ -117,6 +121,13 @@ pub trait Channel: Send + Sync + 'static {
     /// when the channel's copy is gone (Kafka expires offsets of idle groups).
     fn keeps_checkpoints(&self) -> bool {
         false
+    }
+
+    /// The state store this channel commits its puts in, if it can commit a put together with
+    /// other channels of the same store in one transaction (a batch carrying a
+    /// [`PutBatch::joint`] part). Known once the channel is started.
+    fn joint_store(&self) -> Option<StateStore> {
+        None
     }
 }
 
@@ -323,6 +334,10 @@ impl Channel for MeteredChannel {
     }
     fn load_checkpoint(&self, source: &str) -> Result<Option<Checkpoint>, ChannelError> {
         self.inner.load_checkpoint(source)
+    }
+
+    fn joint_store(&self) -> Option<StateStore> {
+        self.inner.joint_store()
     }
     fn keeps_checkpoints(&self) -> bool {
         self.inner.keeps_checkpoints()

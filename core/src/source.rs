@@ -12,6 +12,7 @@ use crate::checkpoint::{Checkpoint, CheckpointStore, CheckpointStoreError};
 use crate::event::Event;
 use crate::interceptor::Interceptor;
 use crate::metrics::{ComponentMetrics, Counter};
+use crate::selector::{ChannelSelector, Part};
 use crate::shutdown::Shutdown;
 
 /// What ends a source's `run` with a failure. The runtime logs it and restarts the source
@@ -89,6 +90,11 @@ struct Inner {
     store: Arc<dyn CheckpointStore>,
     /// Present when at least one channel is not durable: checkpoints then wait for delivery.
     tracker: Option<Arc<AckTracker>>,
+    /// Which channels get which events.
+    selector: ChannelSelector,
+    /// The channel whose puts carry the checkpoint when every channel is durable: the last
+    /// durable one the selector can require.
+    keeper: Option<usize>,
     metrics: ComponentMetrics,
     received: Counter,
     accepted: Counter,
@@ -96,6 +102,8 @@ struct Inner {
     batches_received: Counter,
     batches_accepted: Counter,
     filtered: Counter,
+    unrouted: Counter,
+    optional_fails: Counter,
     write_fails: Counter,
     full_wait_millis: Counter,
     full_channel_warning: Duration,
@@ -111,6 +119,8 @@ pub struct SourceOptions {
     pub metrics: ComponentMetrics,
     /// A put that waits this long on a full channel logs one warning for the stall.
     pub full_channel_warning: Duration,
+    /// Which channels get which events; default: every channel every event.
+    pub selector: ChannelSelector,
 }
 
 impl SourceOptions {
@@ -119,6 +129,7 @@ impl SourceOptions {
         Self {
             metrics: ComponentMetrics::new("source", name),
             full_channel_warning: Duration::from_secs(10),
+            selector: ChannelSelector::default(),
         }
     }
 }
@@ -155,12 +166,23 @@ impl SourceContext {
         options: SourceOptions,
     ) -> Result<Self, CheckpointStoreError> {
         let name = name.into();
-        // The checkpoint rides with the last durable channel's puts (unless a memory channel
-        // makes checkpoints go through acknowledgements to the store); a channel that keeps
-        // it itself has the newest one.
+        let SourceOptions {
+            metrics,
+            full_channel_warning,
+            selector,
+        } = options;
+        // The checkpoint rides with the keeper's puts (unless a memory channel makes
+        // checkpoints go through acknowledgements to the store); a channel that keeps it
+        // itself has the newest one.
         let all_durable = channels.iter().all(|c| c.is_durable());
-        let from_channel = match channels.iter().rev().find(|c| c.is_durable()) {
-            Some(channel) if all_durable => channel
+        let keeper = channels
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(i, c)| c.is_durable() && selector.can_require(*i))
+            .map(|(i, _)| i);
+        let from_channel = match keeper {
+            Some(i) if all_durable => channels[i]
                 .load_checkpoint(&name)
                 .map_err(|e| CheckpointStoreError(e.to_string()))?,
             _ => None,
@@ -173,10 +195,6 @@ impl SourceContext {
             .iter()
             .any(|c| !c.is_durable())
             .then(|| AckTracker::new(name.clone(), Arc::clone(&store)));
-        let SourceOptions {
-            metrics,
-            full_channel_warning,
-        } = options;
         // Counters every source has, at 0 until something happens; `EventReadFail` is counted
         // by the sources that can tell a bad input.
         metrics.counter("EventReadFail");
@@ -187,6 +205,8 @@ impl SourceContext {
             batches_received: metrics.counter("AppendBatchReceivedCount"),
             batches_accepted: metrics.counter("AppendBatchAcceptedCount"),
             filtered: metrics.counter("EventFilteredCount"),
+            unrouted: metrics.counter("EventUnroutedCount"),
+            optional_fails: metrics.counter("OptionalChannelWriteFail"),
             write_fails: metrics.counter("ChannelWriteFail"),
             full_wait_millis: metrics.counter("ChannelFullWaitMillis"),
             full_channel_warning,
@@ -199,6 +219,8 @@ impl SourceContext {
             store: Arc::clone(&store),
             resume,
             tracker,
+            selector,
+            keeper,
             metrics,
         })))
     }
@@ -289,58 +311,36 @@ impl SourceContext {
         let n = events.len();
         let bytes: usize = events.iter().map(|e| e.body.len()).sum();
         inner.filtered.add(before.saturating_sub(n) as u64);
-        let volatile = inner.channels.iter().filter(|c| !c.is_durable()).count();
+        let (parts, unrouted) = inner.selector.split(events, inner.channels.len());
+        if unrouted > 0 {
+            inner.unrouted.add(unrouted as u64);
+            tracing::debug!(source = %inner.name, events = unrouted, "no channel selected for these events");
+        }
         // With any non-durable channel the checkpoint travels only through acknowledgements:
         // committing it with a durable put could move it past events still in memory.
-        let (ack, durable_checkpoint) = match &inner.tracker {
-            Some(tracker) => (Some(tracker.begin(n, volatile, checkpoint)), None),
+        let copies: usize = parts
+            .iter()
+            .zip(&inner.channels)
+            .filter(|(_, c)| !c.is_durable())
+            .map(|(p, _)| p.events.len())
+            .sum();
+        let (ack, checkpoint) = match &inner.tracker {
+            Some(tracker) => (Some(tracker.begin(copies, 1, checkpoint)), None),
             None => (None, checkpoint),
         };
-        let last = inner.channels.len().saturating_sub(1);
-        // With several durable channels the checkpoint rides with the last one only: a crash
-        // between two puts then repeats the batch in the earlier channels (they got it without
-        // the checkpoint) instead of losing it in the later ones.
-        let last_durable = inner.channels.iter().rposition(|c| c.is_durable());
-        let mut events = Some(events);
-        for (i, channel) in inner.channels.iter().enumerate() {
-            let batch_events = if i == last {
-                events.take().unwrap_or_default()
-            } else {
-                events.clone().unwrap_or_default()
-            };
-            let batch = PutBatch {
-                source: inner.name.clone(),
-                events: batch_events,
-                checkpoint: if Some(i) == last_durable {
-                    durable_checkpoint.clone()
-                } else {
-                    None
-                },
-                ack: (!channel.is_durable()).then(|| ack.clone()).flatten(),
-            };
-            let result = if try_first && i == 0 {
-                channel.try_put(batch).await
-            } else {
-                self.put_waiting(channel.as_ref(), batch).await
-            };
-            if let Err(error) = result {
-                inner.write_fails.inc();
-                // Release the copies that will never be delivered, so that this batch does
-                // not hold back the checkpoints of batches sent after it.
-                if let Some(ack) = &ack {
-                    let outstanding = inner.channels[i..]
-                        .iter()
-                        .filter(|c| !c.is_durable())
-                        .count();
-                    ack.failed(outstanding * n);
-                }
-                return Err(error);
-            }
-        }
-        if let Some(checkpoint) = durable_checkpoint {
+        let mut put = FanOut {
+            ctx: self,
+            ack,
+            outstanding: copies,
+            try_next: try_first,
+        };
+        put.run(parts, checkpoint.clone()).await?;
+        if let Some(checkpoint) = checkpoint {
             // A channel that keeps checkpoints itself may lose them (Kafka expires idle
             // groups' offsets): the store keeps a copy to fall back on.
-            let keeper = last_durable.is_some_and(|i| inner.channels[i].keeps_checkpoints());
+            let keeper = inner
+                .keeper
+                .is_some_and(|i| inner.channels[i].keeps_checkpoints());
             if keeper && let Err(e) = inner.store.save(&inner.name, &checkpoint) {
                 tracing::warn!(source = %inner.name, error = %e, "cannot keep a copy of the checkpoint in the state store");
             }
@@ -390,5 +390,184 @@ impl SourceContext {
             .full_wait_millis
             .add(started.elapsed().as_millis() as u64);
         result
+    }
+}
+
+/// One batch on its way into a source's channels.
+///
+/// The required parts go first, one channel after the other; then the keeper's part with the
+/// checkpoint, together, in one transaction, with the parts of every other required channel of
+/// its state store (a joint put: a fan-out into several file channels is exactly-once); last
+/// the optional parts, each tried once without waiting. A crash before the keeper's commit
+/// repeats the batch only in the channels written before it (those of another kind or store),
+/// never loses it.
+struct FanOut<'a> {
+    ctx: &'a SourceContext,
+    ack: Option<crate::ack::Acknowledgement>,
+    /// Copies in non-durable channels not yet put: released if the put fails, so that this
+    /// batch does not hold back the checkpoints of later ones.
+    outstanding: usize,
+    /// Whether the next put is tried without waiting (`try_send`).
+    try_next: bool,
+}
+
+impl FanOut<'_> {
+    async fn run(
+        &mut self,
+        parts: Vec<Part>,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<(), ChannelError> {
+        let inner = &*self.ctx.0;
+        let keeper = inner.keeper.filter(|_| inner.tracker.is_none());
+        let keeper_store = keeper.and_then(|k| inner.channels[k].joint_store());
+        let mut joint = Vec::new();
+        let mut optional = Vec::new();
+        for (i, part) in parts.into_iter().enumerate() {
+            let channel = &inner.channels[i];
+            let is_keeper = Some(i) == keeper;
+            if !part.required {
+                if !part.events.is_empty() {
+                    optional.push((i, part));
+                }
+                continue;
+            }
+            if part.events.is_empty() && !(is_keeper && checkpoint.is_some()) {
+                continue;
+            }
+            let same_store = match (&keeper_store, channel.joint_store()) {
+                (Some(k), Some(c)) => k.path() == c.path(),
+                _ => false,
+            };
+            if is_keeper || same_store {
+                joint.push((i, part));
+            } else if let Err(error) = self.put_one(i, part.events, None).await {
+                return Err(self.failed(error));
+            }
+        }
+        match joint.len() {
+            0 => {}
+            1 => {
+                let (i, part) = joint.pop().unwrap_or_default();
+                if let Err(error) = self.put_one(i, part.events, checkpoint).await {
+                    return Err(self.failed(error));
+                }
+            }
+            _ => {
+                if let Some(store) = &keeper_store
+                    && let Err(error) = self.put_joint(store, joint, checkpoint).await
+                {
+                    return Err(self.failed(error));
+                }
+            }
+        }
+        for (i, part) in optional {
+            let count = part.events.len();
+            let channel = &inner.channels[i];
+            if let Err(error) = channel.try_put(self.batch(i, part.events, None)).await {
+                inner.optional_fails.inc();
+                tracing::debug!(source = %inner.name, channel = %channel.name(), %error, "an optional channel did not take its events");
+                if !channel.is_durable()
+                    && let Some(ack) = &self.ack
+                {
+                    ack.failed(count);
+                }
+            }
+            if !channel.is_durable() {
+                self.outstanding = self.outstanding.saturating_sub(count);
+            }
+        }
+        Ok(())
+    }
+
+    fn batch(&self, i: usize, events: Vec<Event>, checkpoint: Option<Checkpoint>) -> PutBatch {
+        let inner = &*self.ctx.0;
+        let channel = &inner.channels[i];
+        PutBatch {
+            source: inner.name.clone(),
+            events,
+            checkpoint,
+            ack: (!channel.is_durable()).then(|| self.ack.clone()).flatten(),
+            joint: None,
+        }
+    }
+
+    /// Puts one part, waiting for room unless it is the first one of a `try_send`.
+    async fn put_one(
+        &mut self,
+        i: usize,
+        events: Vec<Event>,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<(), ChannelError> {
+        let channel = &self.ctx.0.channels[i];
+        let count = events.len();
+        let batch = self.batch(i, events, checkpoint);
+        let result = if std::mem::take(&mut self.try_next) {
+            channel.try_put(batch).await
+        } else {
+            self.ctx.put_waiting(channel.as_ref(), batch).await
+        };
+        if result.is_ok() && !channel.is_durable() {
+            self.outstanding = self.outstanding.saturating_sub(count);
+        }
+        result
+    }
+
+    /// Puts the parts of one state store's channels in one transaction with the checkpoint.
+    /// The parts run at once (each waits for the others before the commit), as tasks of
+    /// their own: a source cancelled meanwhile cannot leave a channel waiting half-way.
+    async fn put_joint(
+        &mut self,
+        store: &crate::state::StateStore,
+        parts: Vec<(usize, Part)>,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<(), ChannelError> {
+        let inner = &*self.ctx.0;
+        let joints = store
+            .begin_joint_put(parts.len(), &inner.name, checkpoint)
+            .await;
+        let try_first = std::mem::take(&mut self.try_next);
+        let mut tasks = tokio::task::JoinSet::new();
+        for (n, ((i, part), joint)) in parts.into_iter().zip(joints).enumerate() {
+            let mut batch = self.batch(i, part.events, None);
+            batch.joint = Some(joint);
+            let ctx = self.ctx.clone();
+            tasks.spawn(async move {
+                let channel = Arc::clone(&ctx.0.channels[i]);
+                if try_first && n == 0 {
+                    channel.try_put(batch).await
+                } else {
+                    ctx.put_waiting(channel.as_ref(), batch).await
+                }
+            });
+        }
+        let mut first_error = None;
+        while let Some(result) = tasks.join_next().await {
+            let result = result.unwrap_or_else(|e| {
+                Err(ChannelError::Storage {
+                    channel: inner.name.clone(),
+                    message: format!("a put of the fan-out failed: {e}"),
+                })
+            });
+            if let Err(error) = result {
+                // The error of the part that gave up, rather than the others' echo of it.
+                let echo = matches!(error, ChannelError::Storage { .. });
+                if first_error.is_none() || !echo {
+                    first_error = Some(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts a failed put and releases the copies that will never be delivered.
+    fn failed(&mut self, error: ChannelError) -> ChannelError {
+        self.ctx.0.write_fails.inc();
+        if let Some(ack) = &self.ack {
+            ack.failed(std::mem::take(&mut self.outstanding));
+        }
+        error
     }
 }

@@ -48,7 +48,7 @@ use crate::event::{Event, Headers};
 const SCHEMA_VERSION: i64 = 2;
 
 /// Errors of the state store.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StateError {
     /// The filesystem holding the database is full; retrying later may succeed.
     #[error("{path}: disk full")]
@@ -115,6 +115,8 @@ struct Inner {
     writer: Mutex<Writer>,
     /// Channel name → table id.
     channels: Mutex<HashMap<String, i64>>,
+    /// Held by one joint put at a time, from its first part to its commit (see [`JointPut`]).
+    joint_turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -188,6 +190,7 @@ impl StateStore {
                 durability: Durability::Full,
             }),
             channels: Mutex::default(),
+            joint_turn: Arc::default(),
         });
         stores.insert(path, Arc::downgrade(&inner));
         Ok(Self(inner))
@@ -302,44 +305,66 @@ impl StateStore {
     /// segments created on the way there, and, in the same transaction, the checkpoints of the
     /// sources whose batches the bytes up to that end hold.
     pub fn commit_put(&self, channel: &str, put: &PutCommit<'_>) -> Result<(), StateError> {
+        self.commit_puts(&[(channel, put)], None)
+    }
+
+    /// Commits puts to several channels' segment logs, and `checkpoint` (a source's name and
+    /// checkpoint) if given, in one transaction: after a crash either all of it is there or
+    /// none. The transaction is as durable as the most durable of the puts.
+    pub fn commit_puts(
+        &self,
+        puts: &[(&str, &PutCommit<'_>)],
+        checkpoint: Option<(&str, &Checkpoint)>,
+    ) -> Result<(), StateError> {
+        let durability =
+            if !puts.is_empty() && puts.iter().all(|(_, p)| p.durability == Durability::Normal) {
+                Durability::Normal
+            } else {
+                Durability::Full
+            };
         let mut writer = lock(&self.0.writer);
         writer
-            .set_durability(put.durability)
+            .set_durability(durability)
             .map_err(|e| self.error(e))?;
-        let id = self.channel_id(&writer.conn, channel)?;
-        let tx = writer.conn.transaction().map_err(|e| self.error(e))?;
-        let (segment, offset) = put.end;
-        tx.prepare_cached(
-            "INSERT INTO channel_log (id, end_segment, end_offset, taken_seq, stored)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (id) DO UPDATE SET end_segment = excluded.end_segment,
-                 end_offset = excluded.end_offset, stored = stored + ?5",
-        )
-        .and_then(|mut upsert| {
-            upsert.execute(params![
-                id,
-                segment as i64,
-                offset as i64,
-                put.taken_seq as i64,
-                put.added as i64
-            ])
-        })
-        .map_err(|e| self.error(e))?;
-        for base in put.new_segments {
-            tx.prepare_cached(
-                "INSERT OR IGNORE INTO channel_segments (channel, base_seq) VALUES (?1, ?2)",
-            )
-            .and_then(|mut insert| insert.execute(params![id, *base as i64]))
-            .map_err(|e| self.error(e))?;
+        let mut ids = Vec::with_capacity(puts.len());
+        for (channel, _) in puts {
+            ids.push(self.channel_id(&writer.conn, channel)?);
         }
-        tx.prepare_cached("UPDATE channels SET next_seq = ?1 WHERE id = ?2")
-            .and_then(|mut update| update.execute(params![put.next_seq as i64, id]))
-            .map_err(|e| self.error(e))?;
-        for (source, checkpoint) in put.checkpoints {
+        let tx = writer.conn.transaction().map_err(|e| self.error(e))?;
+        for (id, (_, put)) in ids.into_iter().zip(puts) {
+            record_put(&tx, id, put).map_err(|e| self.error(e))?;
+        }
+        if let Some((source, checkpoint)) = checkpoint {
             save_checkpoint(&tx, source, checkpoint).map_err(|e| self.error(e))?;
         }
         tx.commit().map_err(|e| self.error(e))?;
         Ok(())
+    }
+
+    /// Starts a put of one batch into `parts` channels of this store, committed in one
+    /// transaction with `checkpoint` of `source`. Waits while another joint put of this store
+    /// is under way: each part holds its channel's commits until the transaction, so two at
+    /// once could each wait for a channel the other holds.
+    pub async fn begin_joint_put(
+        &self,
+        parts: usize,
+        source: &str,
+        checkpoint: Option<Checkpoint>,
+    ) -> Vec<JointPart> {
+        let turn = Arc::clone(&self.0.joint_turn).lock_owned().await;
+        let joint = Arc::new(Joint {
+            store: self.clone(),
+            parts,
+            checkpoint: checkpoint.map(|c| (source.to_owned(), c)),
+            state: Mutex::new(JointState::default()),
+            done: std::sync::Condvar::new(),
+            _turn: turn,
+        });
+        (0..parts)
+            .map(|_| JointPart {
+                joint: Some(Arc::clone(&joint)),
+            })
+            .collect()
     }
 
     /// Commits a take of `channel`: the events in `take.ranges` are gone for good.
@@ -584,6 +609,173 @@ pub struct PutCommit<'a> {
     pub durability: Durability,
 }
 
+/// One part of a joint put (see [`StateStore::begin_joint_put`]): the batch for one channel.
+///
+/// The channel writes and syncs its part, then hands what it would commit to
+/// [`commit`](Self::commit), which waits for every other part and returns the outcome of
+/// their one transaction (the last part to arrive runs it). A part dropped before it was
+/// committed fails the whole put, so no channel waits for ever.
+pub struct JointPart {
+    joint: Option<Arc<Joint>>,
+}
+
+impl std::fmt::Debug for JointPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JointPart").finish_non_exhaustive()
+    }
+}
+
+struct Joint {
+    store: StateStore,
+    parts: usize,
+    checkpoint: Option<(String, Checkpoint)>,
+    state: Mutex<JointState>,
+    done: std::sync::Condvar,
+    /// The store's turn for joint puts, held until the last part is done.
+    _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+#[derive(Default)]
+struct JointState {
+    /// What each part that arrived commits.
+    deposits: Vec<(String, OwnedPutCommit)>,
+    /// Parts that gave up.
+    abandoned: Option<StateError>,
+    /// The outcome, once known.
+    outcome: Option<Result<(), StateError>>,
+}
+
+/// A [`PutCommit`] that owns its parts, to travel between the parts' threads.
+struct OwnedPutCommit {
+    end: (u64, u64),
+    next_seq: u64,
+    taken_seq: u64,
+    added: u64,
+    new_segments: Vec<u64>,
+    checkpoints: Vec<(String, Checkpoint)>,
+    durability: Durability,
+}
+
+impl JointPart {
+    /// The store the put commits in.
+    pub fn store(&self) -> Option<&StateStore> {
+        self.joint.as_ref().map(|j| &j.store)
+    }
+
+    /// Commits `channel`'s part once every part arrived, in one transaction with the others.
+    /// Blocks (call it from `spawn_blocking`). Every part gets the same outcome.
+    pub fn commit(mut self, channel: &str, put: &PutCommit<'_>) -> Result<(), StateError> {
+        let Some(joint) = self.joint.take() else {
+            return Err(joint_error(None, "the part was already used"));
+        };
+        let mut state = lock(&joint.state);
+        state.deposits.push((
+            channel.to_owned(),
+            OwnedPutCommit {
+                end: put.end,
+                next_seq: put.next_seq,
+                taken_seq: put.taken_seq,
+                added: put.added,
+                new_segments: put.new_segments.to_vec(),
+                checkpoints: put
+                    .checkpoints
+                    .iter()
+                    .map(|(s, c)| ((*s).to_owned(), (*c).clone()))
+                    .collect(),
+                durability: put.durability,
+            },
+        ));
+        joint.settle(&mut state);
+        loop {
+            if let Some(outcome) = &state.outcome {
+                return outcome.clone();
+            }
+            state = joint.done.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Gives up this part, failing the whole put with `error`.
+    pub fn abandon(mut self, error: StateError) {
+        if let Some(joint) = self.joint.take() {
+            joint.abandon(error);
+        }
+    }
+}
+
+impl Drop for JointPart {
+    fn drop(&mut self) {
+        if let Some(joint) = self.joint.take() {
+            let path = joint.store.path().to_owned();
+            joint.abandon(joint_error(
+                Some(path),
+                "a channel of the fan-out put gave up before committing",
+            ));
+        }
+    }
+}
+
+impl Joint {
+    fn abandon(&self, error: StateError) {
+        let mut state = lock(&self.state);
+        if state.abandoned.is_none() {
+            state.abandoned = Some(error);
+        }
+        self.settle(&mut state);
+    }
+
+    /// Once every part arrived or gave up: runs the transaction (or fails it) and wakes
+    /// every part.
+    fn settle(&self, state: &mut JointState) {
+        let arrived = state.deposits.len();
+        if state.outcome.is_some() {
+            return;
+        }
+        let outcome = if let Some(error) = &state.abandoned {
+            // A part gave up: nothing is committed, however many others still come.
+            Err(error.clone())
+        } else if arrived < self.parts {
+            return;
+        } else {
+            let checkpoints: Vec<Vec<(&str, &Checkpoint)>> = state
+                .deposits
+                .iter()
+                .map(|(_, d)| d.checkpoints.iter().map(|(s, c)| (s.as_str(), c)).collect())
+                .collect();
+            let commits: Vec<PutCommit<'_>> = state
+                .deposits
+                .iter()
+                .zip(&checkpoints)
+                .map(|((_, d), checkpoints)| PutCommit {
+                    end: d.end,
+                    next_seq: d.next_seq,
+                    taken_seq: d.taken_seq,
+                    added: d.added,
+                    new_segments: &d.new_segments,
+                    checkpoints,
+                    durability: d.durability,
+                })
+                .collect();
+            let puts: Vec<(&str, &PutCommit<'_>)> = state
+                .deposits
+                .iter()
+                .zip(&commits)
+                .map(|((name, _), commit)| (name.as_str(), commit))
+                .collect();
+            let checkpoint = self.checkpoint.as_ref().map(|(s, c)| (s.as_str(), c));
+            self.store.commit_puts(&puts, checkpoint)
+        };
+        state.outcome = Some(outcome);
+        self.done.notify_all();
+    }
+}
+
+fn joint_error(path: Option<PathBuf>, message: &str) -> StateError {
+    StateError::Database {
+        path: path.unwrap_or_default(),
+        message: message.to_owned(),
+    }
+}
+
 /// What a take commit of a segment log records ([`StateStore::commit_take`]).
 #[derive(Debug)]
 pub struct TakeCommit<'a> {
@@ -636,6 +828,36 @@ pub fn free_space(path: &Path) -> std::io::Result<u64> {
     let stats = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
     #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
     Ok((stats.blocks_available() as u64).saturating_mul(stats.fragment_size() as u64))
+}
+
+/// Records one channel's puts in `tx`.
+fn record_put(tx: &Connection, id: i64, put: &PutCommit<'_>) -> rusqlite::Result<()> {
+    let (segment, offset) = put.end;
+    tx.prepare_cached(
+        "INSERT INTO channel_log (id, end_segment, end_offset, taken_seq, stored)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (id) DO UPDATE SET end_segment = excluded.end_segment,
+             end_offset = excluded.end_offset, stored = stored + ?5",
+    )?
+    .execute(params![
+        id,
+        segment as i64,
+        offset as i64,
+        put.taken_seq as i64,
+        put.added as i64
+    ])?;
+    for base in put.new_segments {
+        tx.prepare_cached(
+            "INSERT OR IGNORE INTO channel_segments (channel, base_seq) VALUES (?1, ?2)",
+        )?
+        .execute(params![id, *base as i64])?;
+    }
+    tx.prepare_cached("UPDATE channels SET next_seq = ?1 WHERE id = ?2")?
+        .execute(params![put.next_seq as i64, id])?;
+    for (source, checkpoint) in put.checkpoints {
+        save_checkpoint(tx, source, checkpoint)?;
+    }
+    Ok(())
 }
 
 fn save_checkpoint(

@@ -608,6 +608,7 @@ mod tests {
                 .collect(),
             checkpoint: Some(Checkpoint::new(checkpoint.as_bytes().to_vec())),
             ack: None,
+            joint: None,
         }
     }
 

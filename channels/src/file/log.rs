@@ -8,7 +8,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use ferry_core::state::{Durability, LogIndex, PutCommit, StateError, StateStore, TakeCommit};
+use ferry_core::state::{
+    Durability, JointPart, LogIndex, PutCommit, StateError, StateStore, TakeCommit,
+};
 use ferry_core::{Checkpoint, Event};
 use std::os::unix::fs::FileExt;
 use tracing::{info, warn};
@@ -61,6 +63,18 @@ impl LogError {
                 path: path.to_owned(),
                 source: Arc::new(source),
             }
+        }
+    }
+
+    /// The error as the state store's, for the other parts of a joint put.
+    fn to_state_error(&self) -> StateError {
+        match self {
+            Self::State(e) => (**e).clone(),
+            Self::DiskFull { path } => StateError::DiskFull { path: path.clone() },
+            other => StateError::Database {
+                path: PathBuf::new(),
+                message: other.to_string(),
+            },
         }
     }
 
@@ -122,6 +136,54 @@ struct WriteState {
     failure: Option<LogError>,
     /// A put is committing (fsync and SQLite) without the lock.
     syncing: bool,
+}
+
+/// What one commit of a log records: every put appended since the one before.
+struct Group {
+    /// The appends up to this number are in it.
+    generation: u64,
+    next_seq: u64,
+    new_segments: Vec<u64>,
+    checkpoints: Vec<(String, Checkpoint)>,
+    added: u64,
+    /// The active segment, to sync, and the end to record.
+    file: Option<Arc<File>>,
+    end: (u64, u64),
+    taken_seq: u64,
+    durability: Durability,
+}
+
+impl Group {
+    fn put_commit(&self) -> GroupCommit<'_> {
+        GroupCommit {
+            group: self,
+            checkpoints: self
+                .checkpoints
+                .iter()
+                .map(|(s, c)| (s.as_str(), c))
+                .collect(),
+        }
+    }
+}
+
+/// A [`Group`] as the state store takes it.
+struct GroupCommit<'a> {
+    group: &'a Group,
+    checkpoints: Vec<(&'a str, &'a Checkpoint)>,
+}
+
+impl GroupCommit<'_> {
+    fn get(&self) -> PutCommit<'_> {
+        PutCommit {
+            end: self.group.end,
+            next_seq: self.group.next_seq,
+            taken_seq: self.group.taken_seq,
+            added: self.group.added,
+            new_segments: &self.group.new_segments,
+            checkpoints: &self.checkpoints,
+            durability: self.group.durability,
+        }
+    }
 }
 
 /// What is committed, behind `Log::index`; readers read up to `end`.
@@ -266,24 +328,12 @@ impl Log {
     ) -> Result<u64, LogError> {
         let mut w = lock(&self.write);
         let first = w.next_seq;
-        self.make_room(&mut w, batch.len())?;
-        let Some(active) = w.active.as_mut() else {
-            return Err(LogError::io(
-                &self.dir,
-                "appending to",
-                io::Error::other("no active segment"),
-            ));
-        };
-        let at = active.len;
-        let path = segment::segment_path(&self.dir, active.base);
-        if let Err(e) = active.file.write_all_at(batch.seal(first), at) {
-            // Nothing of a failed write may stay in the middle of the log.
-            let _ = active.file.set_len(at);
-            return Err(LogError::io(&path, "writing", e));
-        }
-        active.len += batch.len();
-        w.next_seq += batch.count();
-        w.pending_events += batch.count();
+        self.write_batch(&mut w, batch, first)?;
+        let path = w
+            .active
+            .as_ref()
+            .map(|a| segment::segment_path(&self.dir, a.base))
+            .unwrap_or_else(|| self.dir.clone());
         if let Some(checkpoint) = checkpoint {
             match w.checkpoints.iter_mut().find(|(s, _)| s == source) {
                 Some(entry) => entry.1 = checkpoint.clone(),
@@ -307,6 +357,34 @@ impl Log {
                 w = self.commit_group(w);
             }
         }
+    }
+
+    /// Writes `batch` as the frame of events numbered from `first` at the end of the log.
+    fn write_batch(
+        &self,
+        w: &mut WriteState,
+        batch: &mut EncodedBatch,
+        first: u64,
+    ) -> Result<(), LogError> {
+        self.make_room(w, batch.len())?;
+        let Some(active) = w.active.as_mut() else {
+            return Err(LogError::io(
+                &self.dir,
+                "appending to",
+                io::Error::other("no active segment"),
+            ));
+        };
+        let at = active.len;
+        if let Err(e) = active.file.write_all_at(batch.seal(first), at) {
+            // Nothing of a failed write may stay in the middle of the log.
+            let _ = active.file.set_len(at);
+            let path = segment::segment_path(&self.dir, active.base);
+            return Err(LogError::io(&path, "writing", e));
+        }
+        active.len += batch.len();
+        w.next_seq += batch.count();
+        w.pending_events += batch.count();
+        Ok(())
     }
 
     /// Makes sure an active segment with room for `len` more bytes exists: the first one, or a
@@ -349,60 +427,110 @@ impl Log {
     /// Leads one group commit: fsyncs what was appended so far and records the new end with
     /// the checkpoints in one SQLite transaction, without holding the lock meanwhile.
     fn commit_group<'a>(&'a self, mut w: MutexGuard<'a, WriteState>) -> MutexGuard<'a, WriteState> {
+        let group = self.begin_group(&mut w);
+        drop(w);
+        let result = self.sync_group(&group).and_then(|()| {
+            Ok(self
+                .store
+                .commit_put(&self.name, &group.put_commit().get())?)
+        });
+        let mut w = lock(&self.write);
+        self.end_group(&mut w, group, result.map(|_| ()));
+        w
+    }
+
+    /// Takes what was appended since the last commit, to be committed by the caller, and
+    /// marks the log as committing: other puts wait until [`end_group`](Self::end_group).
+    fn begin_group(&self, w: &mut WriteState) -> Group {
         w.syncing = true;
-        let generation = w.written_gen;
         let next_seq = w.next_seq;
-        let new_segments = std::mem::take(&mut w.new_segments);
-        let checkpoints = std::mem::take(&mut w.checkpoints);
-        let added = std::mem::take(&mut w.pending_events);
         let (file, end) = match &w.active {
             Some(a) => (Some(Arc::clone(&a.file)), (a.base, a.len)),
             None => (None, (next_seq, 0)),
         };
-        let taken_seq = lock(&self.index).taken_seq;
-        drop(w);
-        let result = (|| {
-            if let Some(file) = &file
-                && self.options.durability == Durability::Full
-            {
-                file.sync_data().map_err(|e| {
-                    LogError::io(&segment::segment_path(&self.dir, end.0), "syncing", e)
-                })?;
-            }
-            let checkpoints: Vec<(&str, &Checkpoint)> =
-                checkpoints.iter().map(|(s, c)| (s.as_str(), c)).collect();
-            self.store.commit_put(
-                &self.name,
-                &PutCommit {
-                    end,
-                    next_seq,
-                    taken_seq,
-                    added,
-                    new_segments: &new_segments,
-                    checkpoints: &checkpoints,
-                    durability: self.options.durability,
-                },
-            )?;
-            Ok::<_, LogError>(())
-        })();
-        let mut w = lock(&self.write);
+        Group {
+            generation: w.written_gen,
+            next_seq,
+            new_segments: std::mem::take(&mut w.new_segments),
+            checkpoints: std::mem::take(&mut w.checkpoints),
+            added: std::mem::take(&mut w.pending_events),
+            file,
+            end,
+            taken_seq: lock(&self.index).taken_seq,
+            durability: self.options.durability,
+        }
+    }
+
+    /// Makes the group's bytes durable (with `durability: full`).
+    fn sync_group(&self, group: &Group) -> Result<(), LogError> {
+        if let Some(file) = &group.file
+            && self.options.durability == Durability::Full
+        {
+            file.sync_data().map_err(|e| {
+                LogError::io(&segment::segment_path(&self.dir, group.end.0), "syncing", e)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Publishes a committed group to readers, or cuts a failed one; wakes the waiting puts.
+    fn end_group(&self, w: &mut WriteState, group: Group, result: Result<(), LogError>) {
         w.syncing = false;
         match result {
             Ok(()) => {
-                w.committed_gen = generation;
+                w.committed_gen = group.generation;
                 let mut index = lock(&self.index);
-                index.segments.extend(new_segments.iter().copied());
-                index.end = Some(end);
-                index.next_seq = next_seq;
+                index.segments.extend(group.new_segments.iter().copied());
+                index.end = Some(group.end);
+                index.next_seq = group.next_seq;
             }
             Err(error) => {
-                self.discard_uncommitted(&mut w, &new_segments);
+                self.discard_uncommitted(w, &group.new_segments);
                 w.failed_gen = w.written_gen;
                 w.failure = Some(error);
             }
         }
         self.committed.notify_all();
-        w
+    }
+
+    /// Appends a batch as one part of a joint put (a fan-out into several channels of one
+    /// state store): commits what this log holds so far together with the other parts and
+    /// the source's checkpoint, in the one transaction `part` leads to. An empty batch still
+    /// takes part, so a checkpoint travels even when this channel gets no events of it.
+    /// Returns the sequence number of the batch's first event once it is durable.
+    pub(super) fn append_joint(
+        &self,
+        batch: Option<&mut EncodedBatch>,
+        part: JointPart,
+    ) -> Result<u64, LogError> {
+        let mut w = lock(&self.write);
+        // Joint puts of one store run one at a time; a group commit of this log ends on its
+        // own.
+        while w.syncing {
+            w = self.committed.wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+        let first = w.next_seq;
+        if let Some(batch) = batch {
+            if let Err(error) = self.write_batch(&mut w, batch, first) {
+                part.abandon(error.to_state_error());
+                return Err(error);
+            }
+            w.written_gen += 1;
+        }
+        let group = self.begin_group(&mut w);
+        drop(w);
+        let result = match self.sync_group(&group) {
+            Ok(()) => part
+                .commit(&self.name, &group.put_commit().get())
+                .map_err(LogError::from),
+            Err(error) => {
+                part.abandon(error.to_state_error());
+                Err(error)
+            }
+        };
+        let mut w = lock(&self.write);
+        self.end_group(&mut w, group, result.clone());
+        result.map(|()| first)
     }
 
     /// After a failed commit: cuts every byte and segment past the committed end, so that the

@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use ferry_core::config::ByteSize;
-use ferry_core::state::{Durability, StateStore};
+use ferry_core::state::{Durability, JointPart, StateStore};
 use ferry_core::{
     Channel, ChannelError, ComponentConfig, ConfigError, Counter, Event, PutBatch, Registry,
     TakeTransaction, async_trait,
@@ -173,6 +173,16 @@ impl Shared {
             })
     }
 
+    /// The state store, once the channel is started.
+    fn state(&self) -> Result<&StateStore, LogError> {
+        self.store.get().ok_or_else(|| {
+            LogError::from(ferry_core::state::StateError::Database {
+                path: self.data_dir.clone(),
+                message: "channel used before it was started".into(),
+            })
+        })
+    }
+
     fn storage_error(&self, error: impl std::fmt::Display) -> ChannelError {
         ChannelError::Storage {
             channel: self.name.clone(),
@@ -269,10 +279,11 @@ impl FileChannel {
     }
 
     /// Writes a batch whose slots are already reserved; waits out a full disk.
-    async fn store(&self, batch: PutBatch) -> Result<(), ChannelError> {
+    async fn store(&self, mut batch: PutBatch) -> Result<(), ChannelError> {
         let n = batch.events.len();
+        let joint = batch.joint.take();
         if n == 0 {
-            return Ok(());
+            return self.store_checkpoint(batch, joint).await;
         }
         let log = self.0.log()?;
         let Some(encoded) = EncodedBatch::new(&batch.events) else {
@@ -287,6 +298,8 @@ impl FileChannel {
         drop(batch.events);
         let (source, checkpoint) = (batch.source, batch.checkpoint);
         let mut job = Some(encoded);
+        let joint_put = joint.is_some();
+        let mut joint = joint;
         let mut backoff = Duration::from_millis(100);
         let mut warned = false;
         loop {
@@ -295,27 +308,29 @@ impl FileChannel {
             let mut encoded = job
                 .take()
                 .ok_or_else(|| self.0.storage_error("put lost its batch"))?;
-            let (encoded, result) = tokio::task::spawn_blocking(move || {
+            let part = joint.take();
+            let (encoded, part, result) = tokio::task::spawn_blocking(move || {
+                let mut part = part;
                 let result = (|| {
-                    let store = shared.store.get().ok_or_else(|| {
-                        LogError::from(ferry_core::state::StateError::Database {
-                            path: shared.data_dir.clone(),
-                            message: "channel used before it was started".into(),
-                        })
-                    })?;
+                    let store = shared.state()?;
                     if !shared.has_room(&log, store, encoded.len())? {
                         return Err(LogError::DiskFull {
                             path: log.dir().to_owned(),
                         });
                     }
-                    let appended = log.append(&mut encoded, &source, checkpoint.as_ref());
+                    let appended = match part.take() {
+                        // A part of a joint put commits with the others or not at all: it is
+                        // not retried on its own.
+                        Some(part) => log.append_joint(Some(&mut encoded), part),
+                        None => log.append(&mut encoded, &source, checkpoint.as_ref()),
+                    };
                     if appended.as_ref().is_err_and(LogError::is_disk_full) {
                         // Space held by taken events goes back before the put is retried.
                         log.release_if_empty()?;
                     }
                     appended
                 })();
-                (encoded, result)
+                (encoded, part, result)
             })
             .await
             .map_err(|e| self.0.storage_error(e))?;
@@ -328,7 +343,10 @@ impl FileChannel {
                     self.0.available.notify_waiters();
                     return Ok(());
                 }
-                Err(error) if error.is_disk_full() => {
+                // A joint part that was appended fails with the others; one refused before
+                // (no room) waits for space like any put.
+                Err(error) if error.is_disk_full() && (!joint_put || part.is_some()) => {
+                    joint = part;
                     if !warned {
                         warn!(channel = %self.0.name, %error, minimum_free_space = self.0.minimum_free_space, "disk full: the source waits until space is freed");
                         warned = true;
@@ -343,6 +361,34 @@ impl FileChannel {
                 }
             }
         }
+    }
+
+    /// A put without events: the checkpoint alone (every event of the batch was filtered or
+    /// went to other channels) is committed, in the joint put when the batch is part of one.
+    async fn store_checkpoint(
+        &self,
+        batch: PutBatch,
+        joint: Option<JointPart>,
+    ) -> Result<(), ChannelError> {
+        if joint.is_none() && batch.checkpoint.is_none() {
+            return Ok(());
+        }
+        let log = self.0.log()?;
+        let shared = Arc::clone(&self.0);
+        tokio::task::spawn_blocking(move || match joint {
+            Some(part) => log.append_joint(None, part).map(|_| ()),
+            None => {
+                let store = shared.state()?;
+                let checkpoint = batch
+                    .checkpoint
+                    .as_ref()
+                    .map(|c| (batch.source.as_str(), c));
+                store.commit_puts(&[], checkpoint).map_err(LogError::from)
+            }
+        })
+        .await
+        .map_err(|e| self.0.storage_error(e))?
+        .map_err(|e| self.0.storage_error(e))
     }
 }
 
@@ -451,6 +497,10 @@ impl Channel for FileChannel {
 
     fn transaction_capacity(&self) -> usize {
         self.0.transaction_capacity
+    }
+
+    fn joint_store(&self) -> Option<StateStore> {
+        self.0.store.get().cloned()
     }
 
     fn is_durable(&self) -> bool {
@@ -611,6 +661,7 @@ mod tests {
             events: range.map(|i| Event::from_body(i.to_string())).collect(),
             checkpoint: checkpoint.map(|c| Checkpoint::new(c.as_bytes().to_vec())),
             ack: None,
+            joint: None,
         }
     }
 
@@ -634,6 +685,122 @@ mod tests {
         let tx = ch.take(10, Duration::ZERO).await.unwrap();
         assert_eq!(bodies(&*tx), ["0", "1", "2"]);
         assert_eq!(tx.sequences(), Some(&[1, 2, 3][..]));
+    }
+
+    /// A source over several file channels of one directory, every channel a part of one
+    /// joint put with the checkpoint.
+    fn fan_out(
+        dir: &std::path::Path,
+        channels: &[&FileChannel],
+        selector: ferry_core::ChannelSelector,
+    ) -> ferry_core::SourceContext {
+        let options = ferry_core::SourceOptions {
+            selector,
+            ..ferry_core::SourceOptions::new("src")
+        };
+        ferry_core::SourceContext::with_options(
+            "src",
+            channels
+                .iter()
+                .map(|c| Arc::new((*c).clone()) as Arc<dyn Channel>)
+                .collect(),
+            Vec::new(),
+            ferry_core::Shutdown::new(),
+            Arc::new(StateStore::open(dir).unwrap()),
+            options,
+        )
+        .unwrap()
+    }
+
+    fn numbered(range: std::ops::Range<u32>) -> Vec<Event> {
+        range.map(|i| Event::from_body(i.to_string())).collect()
+    }
+
+    #[tokio::test]
+    async fn a_fan_out_into_file_channels_commits_every_part_and_the_checkpoint_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = channel(dir.path(), "a", 100).await;
+        let b = channel(dir.path(), "b", 100).await;
+        let ctx = fan_out(dir.path(), &[&a, &b], Default::default());
+        let checkpoint = |c: &str| Some(Checkpoint::new(c.as_bytes().to_vec()));
+        ctx.send(numbered(0..3), checkpoint("after-2"))
+            .await
+            .unwrap();
+        // Everything filtered away, or routed elsewhere: the checkpoint still moves.
+        ctx.send(Vec::new(), checkpoint("after-9")).await.unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        assert_eq!(store.load("src").unwrap(), checkpoint("after-9"));
+        for ch in [&a, &b] {
+            let tx = ch.take(10, Duration::ZERO).await.unwrap();
+            assert_eq!(bodies(&*tx), ["0", "1", "2"], "{}", ch.name());
+            tx.commit().await.unwrap();
+        }
+
+        // A part that cannot be stored fails the whole put: no channel keeps its part, and
+        // the checkpoint stays where it was.
+        let small = FileChannel::new("small", &options(100, 2), dir.path().to_owned());
+        small.start().await.unwrap();
+        let ctx = fan_out(dir.path(), &[&a, &small], Default::default());
+        let error = ctx.send(numbered(0..3), checkpoint("after-12")).await;
+        assert!(
+            matches!(error, Err(ChannelError::BatchTooLarge { .. })),
+            "{error:?}"
+        );
+        assert_eq!(store.load("src").unwrap(), checkpoint("after-9"));
+        assert_eq!(a.len(), 0);
+        // The channels go on working.
+        ctx.send(numbered(5..7), checkpoint("after-6"))
+            .await
+            .unwrap();
+        assert_eq!(store.load("src").unwrap(), checkpoint("after-6"));
+        let tx = a.take(10, Duration::ZERO).await.unwrap();
+        assert_eq!(bodies(&*tx), ["5", "6"]);
+    }
+
+    #[tokio::test]
+    async fn a_multiplexed_fan_out_puts_each_event_in_its_channel_and_survives_a_restart() {
+        use ferry_core::selector::{ChannelSelector, Route};
+        let dir = tempfile::tempdir().unwrap();
+        let route = |c: usize| Route {
+            required: vec![c],
+            optional: vec![],
+        };
+        let selector = ChannelSelector::Multiplexing {
+            header: "parity".into(),
+            mapping: [("even".to_owned(), route(0)), ("odd".to_owned(), route(1))].into(),
+            default: route(0),
+        };
+        let events = |range: std::ops::Range<u32>| {
+            range
+                .map(|i| {
+                    let mut e = Event::from_body(i.to_string());
+                    let parity = if i % 2 == 0 { "even" } else { "odd" };
+                    e.headers.insert("parity".into(), parity.into());
+                    e
+                })
+                .collect::<Vec<_>>()
+        };
+        {
+            let even = channel(dir.path(), "even", 100).await;
+            let odd = channel(dir.path(), "odd", 100).await;
+            let ctx = fan_out(dir.path(), &[&even, &odd], selector.clone());
+            ctx.send(events(0..6), Some(Checkpoint::new(b"6".to_vec())))
+                .await
+                .unwrap();
+            // Only odd events: the even channel (the keeper of the checkpoint is the last
+            // one, `odd`) gets nothing, and nothing is written to it.
+            ctx.send(events(7..8), Some(Checkpoint::new(b"8".to_vec())))
+                .await
+                .unwrap();
+        }
+        let even = FileChannel::new("even", &options(100, 100), dir.path().to_owned());
+        even.start().await.unwrap();
+        let odd = FileChannel::new("odd", &options(100, 100), dir.path().to_owned());
+        odd.start().await.unwrap();
+        let ctx = fan_out(dir.path(), &[&even, &odd], selector);
+        assert_eq!(ctx.checkpoint(), Some(&Checkpoint::new(b"8".to_vec())));
+        assert_eq!(drain(&even).await, ["0", "2", "4"]);
+        assert_eq!(drain(&odd).await, ["1", "3", "5", "7"]);
     }
 
     #[tokio::test]
