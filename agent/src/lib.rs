@@ -170,7 +170,12 @@ fn validate(files: &[PathBuf], registry: &Registry) -> ExitCode {
     let mut ok = true;
     for file in files {
         match topology::load(file, registry) {
-            Ok(_) => println!("{}: ok", file.display()),
+            Ok(topology) => {
+                for note in &topology.notes {
+                    eprintln!("{}:{note}", file.display());
+                }
+                println!("{}: ok", file.display());
+            }
             Err(problems) => {
                 eprintln!("{problems}");
                 ok = false;
@@ -192,7 +197,12 @@ fn run(file: &Path, registry: Registry) -> ExitCode {
             return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
-    until_stopped(|stop| runtime::run(topology, stop))
+    until_stopped(|stop| async move {
+        for note in &topology.notes {
+            tracing::warn!(file = %file.display(), "{note}");
+        }
+        runtime::run(topology, stop).await
+    })
 }
 
 fn broker(file: Option<&Path>) -> ExitCode {

@@ -130,6 +130,9 @@ pub struct Topology {
     pub sources: Vec<SourceSpec>,
     /// Sinks, in file order.
     pub sinks: Vec<SinkSpec>,
+    /// Remarks that are not problems, with their lines: a type written in Flume's spelling
+    /// (`TAILDIR`, `syslogtcp`) is taken, with the canonical name suggested.
+    pub notes: Vec<String>,
 }
 
 /// Every problem found in one file.
@@ -188,9 +191,12 @@ pub fn parse(text: &str, registry: &Registry) -> Result<Topology, Vec<ConfigErro
     let mut builder = Builder {
         registry,
         errors: Vec::new(),
+        notes: Vec::new(),
     };
     let root = substitute_env(&root, &mut builder.errors);
-    let topology = builder.build(&root);
+    let mut topology = builder.build(&root);
+    builder.notes.sort();
+    topology.notes = builder.notes.into_iter().map(|(_, note)| note).collect();
     let mut errors = builder.errors;
     if errors.is_empty() {
         Ok(topology)
@@ -262,16 +268,28 @@ fn expand_env(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Str
             let Some(end) = reference.find('}') else {
                 return Err("`${` without its closing `}` (write `$${` for a literal `${`)".into());
             };
-            let name = &reference[..end];
+            let reference_text = &reference[..end];
+            // `${NAME:-default}`: the default when NAME is unset or empty, as in the shell.
+            let (name, default) = match reference_text.split_once(":-") {
+                Some((name, default)) => (name, Some(default)),
+                None => (reference_text, None),
+            };
             let valid =
                 !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !valid {
                 return Err(format!(
-                    "`${{{name}}}` is not an environment variable reference (letters, digits, `_`)"
+                    "`${{{reference_text}}}` is not an environment variable reference (letters, digits, `_`, then optionally `:-default`)"
                 ));
             }
-            let value =
-                lookup(name).ok_or_else(|| format!("environment variable `{name}` is not set"))?;
+            let value = match (lookup(name).filter(|v| !v.is_empty()), default) {
+                (Some(value), _) => value,
+                (None, Some(default)) => default.to_owned(),
+                (None, None) => {
+                    return Err(format!(
+                        "environment variable `{name}` is not set (write `${{{name}:-default}}` for a default)"
+                    ));
+                }
+            };
             out.push_str(&value);
             rest = &reference[end + 1..];
         } else {
@@ -324,6 +342,7 @@ fn key_location(key: &MarkedScalarNode) -> Option<Location> {
 struct Builder<'a> {
     registry: &'a Registry,
     errors: Vec<ConfigError>,
+    notes: Vec<(Option<Location>, String)>,
 }
 
 /// Most events a sink takes at once when the file does not say (Flume's sinks' default).
@@ -379,6 +398,7 @@ impl Builder<'_> {
             channel_types: BTreeMap::new(),
             sources: Vec::new(),
             sinks: Vec::new(),
+            notes: Vec::new(),
         };
         let Some(root) = root.as_mapping() else {
             self.error(
@@ -733,7 +753,10 @@ impl Builder<'_> {
             };
             let mut options = options_node.clone();
             let (type_name, type_location) = match options.remove("type") {
-                Some(Node::Scalar(s)) => (s.as_str().to_owned(), key_location(&s)),
+                Some(Node::Scalar(s)) => (
+                    self.canonical_type(kind, s.as_str(), key_location(&s)),
+                    key_location(&s),
+                ),
                 Some(other) => {
                     self.component_error(kind, name, location(&other), "`type` must be a name");
                     continue;
@@ -757,6 +780,40 @@ impl Builder<'_> {
             });
         }
         out
+    }
+
+    /// The registered type name `written` stands for: itself, or the one it matches ignoring
+    /// case, `_` and `-` (Flume's `TAILDIR`, `FILE_ROLL`, `syslogtcp`), noted with the
+    /// canonical spelling. An unknown name is returned as written, for the factory lookup to
+    /// report.
+    fn canonical_type(
+        &mut self,
+        kind: ComponentKind,
+        written: &str,
+        location: Option<Location>,
+    ) -> String {
+        let names = self.registry.type_names(kind);
+        if names.contains(&written) {
+            return written.to_owned();
+        }
+        let fold = |name: &str| {
+            name.chars()
+                .filter(|c| !matches!(c, '_' | '-'))
+                .map(|c| c.to_ascii_lowercase())
+                .collect::<String>()
+        };
+        let folded = fold(written);
+        match names.iter().find(|name| fold(name) == folded) {
+            Some(name) => {
+                let at = location.map(|l| format!("{l}: ")).unwrap_or_default();
+                self.notes.push((
+                    location,
+                    format!("{at}{kind} type `{written}` is taken as `{name}`; write `{name}`"),
+                ));
+                (*name).to_owned()
+            }
+            None => written.to_owned(),
+        }
     }
 
     /// The factory of the entry's type, reporting the closest name when none is registered.
@@ -857,7 +914,9 @@ impl Builder<'_> {
             };
             let mut options = map.clone();
             let type_name = match options.remove("type") {
-                Some(Node::Scalar(s)) => s.as_str().to_owned(),
+                Some(Node::Scalar(s)) => {
+                    self.canonical_type(ComponentKind::Interceptor, s.as_str(), key_location(&s))
+                }
                 _ => {
                     self.component_error(
                         ComponentKind::Interceptor,
@@ -1041,6 +1100,15 @@ mod tests {
                 .unwrap_err()
                 .contains("not an environment")
         );
+        // Defaults, as the shell's `${NAME:-default}`: taken when unset or empty.
+        assert_eq!(
+            expand_env(
+                "${PASSWORD:-x} ${PORT:-9092} ${EMPTY:-} ${HOST:-a:b}",
+                &lookup
+            )
+            .unwrap(),
+            "hunter2 9092  a:b"
+        );
 
         let root = marked_yaml::parse_yaml(
             0,
@@ -1055,6 +1123,28 @@ mod tests {
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].location.map(|l| l.line), Some(4));
         assert!(!format!("{errors:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn flume_spellings_of_type_names_are_taken_and_the_canonical_one_is_suggested() {
+        let yaml = "\
+sources:
+  gen: { type: GENERATOR, channels: [c] }
+channels:
+  c: { type: Memory }
+sinks:
+  out: { type: DIS-CARD, channel: c }
+";
+        let topology = parse(yaml, &registry()).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(topology.channel_types["c"], "memory");
+        assert_eq!(
+            topology.notes,
+            [
+                "2:16: source type `GENERATOR` is taken as `generator`; write `generator`",
+                "4:14: channel type `Memory` is taken as `memory`; write `memory`",
+                "6:16: sink type `DIS-CARD` is taken as `discard`; write `discard`",
+            ]
+        );
     }
 
     fn problems(yaml: &str) -> Vec<String> {
