@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_broker::BrokerConfig;
-use ferry_core::config::{ComponentKind, Location, unknown_name_message};
+use ferry_core::config::{ComponentKind, Location, closest, unknown_name_message};
 use ferry_core::registry::{SinkFactory, SourceFactory};
 use ferry_core::{
     Channel, ComponentConfig, ComponentMetrics, ConfigError, Interceptor, MeteredChannel, Registry,
@@ -703,7 +703,7 @@ impl Builder<'_> {
     }
 
     /// The names of a group's `sinks`, with where each is written; each must be a declared
-    /// sink in no other group.
+    /// sink, listed once, in no other group.
     fn group_members(
         &mut self,
         group: &str,
@@ -750,14 +750,18 @@ impl Builder<'_> {
         if names.is_empty() && entry.get_node("sinks").is_some() {
             self.group_error(group, key_location(key), "`sinks` is empty");
         }
+        // Every name listed comes back once, problems or not (a group with a problem is not
+        // built), so that the processor's checks do not report the same name again.
         let mut out: Vec<(String, Option<Location>)> = Vec::new();
         for (name, at) in names {
+            if out.iter().any(|(n, _)| n == &name) {
+                self.group_error(group, at, format!("sink `{name}` is listed twice"));
+                continue;
+            }
             if !declared.contains(&name) {
                 let message =
                     unknown_name_message("sink", &name, declared.iter().map(String::as_str));
                 self.group_error(group, at, message);
-            } else if out.iter().any(|(n, _)| n == &name) {
-                self.group_error(group, at, format!("sink `{name}` is listed twice"));
             } else if let Some((other, other_at)) = grouped.get(&name) {
                 let line = other_at
                     .map(|l| format!(" (line {})", l.line))
@@ -771,8 +775,8 @@ impl Builder<'_> {
                 );
             } else {
                 grouped.insert(name.clone(), (group.to_owned(), at));
-                out.push((name, at));
             }
+            out.push((name, at));
         }
         out
     }
@@ -880,11 +884,14 @@ impl Builder<'_> {
         };
         for name in written.keys() {
             if !members.contains(&name.as_str()) {
-                let message = unknown_name_message("sink", name, members.iter().copied());
+                let hint = match closest(name, members.iter().copied()) {
+                    Some(best) => format!("did you mean `{best}`?"),
+                    None => format!("its sinks are `{}`", members.join("`, `")),
+                };
                 self.group_error(
                     group,
                     at(name),
-                    format!("priority: {message} of this group"),
+                    format!("`priority` names `{name}`, which is not a sink of this group; {hint}"),
                 );
             }
         }
