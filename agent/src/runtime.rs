@@ -8,6 +8,12 @@
 //! or flush rolls every open take back, newest first, so the events return to the channel in
 //! their order, and the runner backs off (100 ms doubling to 5 s) before taking them again.
 //!
+//! A sink group (`sinkgroups:`, see [`crate::sinkgroup`]) is driven by one runner the same
+//! way, a sink alone being a group of one: for each round of takes the group's processor names
+//! the sinks to try, in order; the batches go to the first, and when it fails they go on to the
+//! next at once, their takes still open. Only when every sink named failed are the takes rolled
+//! back. Each sink keeps its own counters, start and stop.
+//!
 //! Shutdown drains: when the stop signal fires (or every source has ended on its own), the
 //! sources stop first, so nothing new enters the channels; then each sink runner keeps taking
 //! until its channel is empty, and stops. Every event a source acknowledged to its client is
@@ -1053,14 +1059,13 @@ mod tests {
         }
     }
 
-    /// Runs `sink` over a memory channel holding `events` events `e0`, `e1`, ... until the
-    /// channel is drained; returns the runner's log and the sink's counters.
-    async fn drain_through(
-        sink: impl Sink,
+    /// A memory channel holding `events` events `e0`, `e1`, ..., noting commits and rollbacks
+    /// in `log`.
+    async fn filled_channel(
         log: &Log,
         events: usize,
         max_open_takes: Option<usize>,
-    ) -> ComponentMetrics {
+    ) -> NotedChannel {
         let inner = MemoryChannel::new(
             "buffer",
             &MemoryChannelConfig {
@@ -1088,6 +1093,18 @@ mod tests {
                 .await
                 .unwrap();
         }
+        channel
+    }
+
+    /// Runs `sink` over a memory channel holding `events` events `e0`, `e1`, ... until the
+    /// channel is drained; returns the runner's log and the sink's counters.
+    async fn drain_through(
+        sink: impl Sink,
+        log: &Log,
+        events: usize,
+        max_open_takes: Option<usize>,
+    ) -> ComponentMetrics {
+        let channel = filled_channel(log, events, max_open_takes).await;
         let metrics = ComponentMetrics::new("sink", "runner-test");
         let ctx = SinkContext {
             name: "runner-test".into(),
@@ -1101,6 +1118,137 @@ mod tests {
             .run()
             .await;
         metrics
+    }
+
+    /// A sink that notes `<name> e10` for each batch it delivers and `<name> e10 failed` for
+    /// each of its first `failures` batches, which it fails.
+    struct NamedSink {
+        name: &'static str,
+        log: Log,
+        failures: usize,
+    }
+
+    #[async_trait]
+    impl Sink for NamedSink {
+        async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+            let first = first_body(batch.events);
+            if self.failures > 0 {
+                self.failures -= 1;
+                note(&self.log, format!("{} {first} failed", self.name));
+                return Err(SinkError::Delivery("the destination is down".into()));
+            }
+            note(&self.log, format!("{} {first}", self.name));
+            Ok(())
+        }
+    }
+
+    /// Runs a group of `sinks` with `processor` over a channel of `events` events until it is
+    /// drained; returns each member's counters.
+    async fn drain_group(
+        sinks: Vec<NamedSink>,
+        processor: SinkProcessorConfig,
+        log: &Log,
+        events: usize,
+    ) -> Vec<ComponentMetrics> {
+        let channel = filled_channel(log, events, None).await;
+        let mut metrics = Vec::new();
+        let members = sinks
+            .into_iter()
+            .map(|sink| {
+                let ctx = SinkContext {
+                    name: sink.name.into(),
+                    metrics: ComponentMetrics::new("sink", sink.name),
+                    state: None,
+                };
+                metrics.push(ctx.metrics.clone());
+                Member::new(ctx, Box::new(sink), 10)
+            })
+            .collect();
+        let drain = Shutdown::new();
+        drain.trigger();
+        SinkRunner::with_members(
+            Some("group".into()),
+            members,
+            &processor,
+            Arc::new(channel),
+            drain,
+        )
+        .run()
+        .await;
+        metrics
+    }
+
+    fn named(name: &'static str, log: &Log, failures: usize) -> NamedSink {
+        NamedSink {
+            name,
+            log: Arc::clone(log),
+            failures,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failover_hands_a_failed_batch_to_the_standby_without_a_rollback() {
+        let log = Log::default();
+        let processor = SinkProcessorConfig::Failover {
+            priorities: vec![10, 5],
+            max_penalty: Duration::from_secs(30),
+        };
+        let sinks = vec![named("primary", &log, 1), named("standby", &log, 0)];
+        let metrics = drain_group(sinks, processor, &log, 30).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "primary e0 failed, standby e0, commit e0",
+                // The primary is left out while penalised.
+                "standby e10, commit e10, standby e20, commit e20",
+            ])
+        );
+        assert_eq!(metrics[0].counter("EventWriteFail").get(), 10);
+        assert_eq!(metrics[0].counter("EventDrainSuccessCount").get(), 0);
+        assert_eq!(metrics[1].counter("EventDrainSuccessCount").get(), 30);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_every_member_failed_is_rolled_back_and_retried() {
+        let log = Log::default();
+        let processor = SinkProcessorConfig::LoadBalance {
+            selector: crate::sinkgroup::Selector::RoundRobin,
+            backoff: false,
+            max_timeout: Duration::from_secs(30),
+        };
+        let sinks = vec![named("a", &log, 1), named("b", &log, 1)];
+        drain_group(sinks, processor, &log, 20).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "a e0 failed, b e0 failed, rollback e0",
+                // Without backoff no sink is left out; the retry is the next turn, `b`'s.
+                "b e0, commit e0, a e10, commit e10",
+            ])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn round_robin_gives_each_member_a_batch_in_turn() {
+        let log = Log::default();
+        let processor = SinkProcessorConfig::LoadBalance {
+            selector: crate::sinkgroup::Selector::RoundRobin,
+            backoff: true,
+            max_timeout: Duration::from_secs(30),
+        };
+        let sinks = vec![
+            named("a", &log, 0),
+            named("b", &log, 0),
+            named("c", &log, 0),
+        ];
+        drain_group(sinks, processor, &log, 40).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "a e0, commit e0, b e10, commit e10",
+                "c e20, commit e20, a e30, commit e30",
+            ])
+        );
     }
 
     fn lines(log: &Log) -> Vec<String> {

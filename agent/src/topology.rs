@@ -1560,6 +1560,87 @@ sinks:
         );
     }
 
+    const GROUP_BASE: &str = "\
+sources:
+  gen: { type: generator, channels: [c] }
+channels:
+  c: { type: memory }
+sinks:
+  k1: { type: discard, channel: c }
+  k2: { type: discard, channel: c }
+  k3: { type: discard, channel: c }
+";
+
+    #[test]
+    fn a_sink_group_takes_its_members_out_of_the_sinks() {
+        let yaml = format!(
+            "{GROUP_BASE}sinkgroups:\n  g1:\n    sinks: k1 k2\n    processor:\n      type: failover\n      priority: {{ k2: 7 }}\n      max_penalty: 5s\n"
+        );
+        let topology = parse(&yaml, &registry()).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(topology.sinks.len(), 1);
+        assert_eq!(topology.sinks[0].name, "k3");
+        let group = &topology.sink_groups[0];
+        let members: Vec<&str> = group.members.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(members, ["k1", "k2"]);
+        assert_eq!(
+            group.processor,
+            SinkProcessorConfig::Failover {
+                priorities: vec![-1, 7],
+                max_penalty: Duration::from_secs(5),
+            }
+        );
+        assert_eq!(topology.all_sinks().count(), 3);
+    }
+
+    #[test]
+    fn bad_processors_are_refused_with_their_lines() {
+        let yaml = format!(
+            "{GROUP_BASE}sinkgroups:
+  one:
+    sinks: [k1, k2]
+  lonely:
+    sinks: [k3]
+    processor: {{ type: load_balance }}
+"
+        );
+        let got = problems(&yaml);
+        assert_eq!(
+            got,
+            [
+                "11:5: sink group `one`: the default processor drives one sink; use `type: failover` or `type: load_balance` for several",
+                "13:5: sink group `lonely`: a load_balance group needs at least two sinks",
+            ],
+            "{got:#?}"
+        );
+        let yaml = format!(
+            "{GROUP_BASE}sinkgroups:
+  g:
+    sinks: [k1, k2]
+    processor: {{ type: load_balance, selector: round_robn }}
+"
+        );
+        assert_eq!(
+            problems(&yaml),
+            [
+                "12:48: sink group `g`: option `selector`: unknown selector `round_robn`, did you mean `round_robin`?"
+            ]
+        );
+        let yaml = format!(
+            "{GROUP_BASE}sinkgroups:
+  g:
+    sinks: [k1, k2, k1]
+    processor: {{ type: failover, priority: {{ k1: 3, k2: 3 }} }}
+"
+        );
+        let got = problems(&yaml);
+        assert_eq!(got.len(), 2, "{got:#?}");
+        assert!(got[0].contains("sink `k1` is listed twice"), "{got:#?}");
+        assert!(
+            got[1].contains("sinks `k1` and `k2` have the same priority 3"),
+            "{got:#?}"
+        );
+    }
+
     #[test]
     fn broken_yaml_is_located() {
         let got = problems("sources:\n  a: [unclosed\n");
