@@ -123,7 +123,7 @@ impl PipelineMetrics {
                 channels: Vec::new(),
             });
         }
-        for spec in &topology.sinks {
+        for spec in topology.all_sinks() {
             components.push(Component {
                 kind: "sink",
                 name: spec.name.clone(),

@@ -18,6 +18,7 @@ use ferry_core::{Registry, Shutdown};
 
 pub mod http;
 pub mod runtime;
+pub mod sinkgroup;
 pub mod tools;
 pub mod topology;
 

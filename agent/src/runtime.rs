@@ -8,11 +8,18 @@
 //! or flush rolls every open take back, newest first, so the events return to the channel in
 //! their order, and the runner backs off (100 ms doubling to 5 s) before taking them again.
 //!
+//! A sink group (`sinkgroups:`, see [`crate::sinkgroup`]) is driven by one runner the same
+//! way, a sink alone being a group of one: for each round of takes the group's processor names
+//! the sinks to try, in order; the batches go to the first, and when it fails they go on to the
+//! next at once, their takes still open. Only when every sink named failed are the takes rolled
+//! back. Each sink keeps its own counters, start and stop.
+//!
 //! Shutdown drains: when the stop signal fires (or every source has ended on its own), the
 //! sources stop first, so nothing new enters the channels; then each sink runner keeps taking
 //! until its channel is empty, and stops. Every event a source acknowledged to its client is
 //! therefore delivered before the process exits.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +35,8 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::http::{HttpServer, PipelineMetrics};
-use crate::topology::{SinkSpec, SourceSpec, Topology};
+use crate::sinkgroup::{SinkProcessor, SinkProcessorConfig};
+use crate::topology::{SinkGroupSpec, SinkSpec, SourceSpec, Topology};
 
 /// How long a sink runner waits for events before calling the sink's `idle`.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -128,6 +136,9 @@ async fn run_pipeline(topology: Topology, stop: Shutdown) -> anyhow::Result<()> 
     let mut sinks = JoinSet::new();
     for spec in topology.sinks {
         sinks.spawn(run_sink(spec, drain.clone(), state.clone()));
+    }
+    for group in topology.sink_groups {
+        sinks.spawn(run_sink_group(group, drain.clone(), state.clone()));
     }
     info!(
         sources = sources.len(),
@@ -301,20 +312,33 @@ impl SinkCounters {
 }
 
 async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
-    let SinkSpec {
-        name,
-        sink,
+    let channel = Arc::clone(&spec.channel);
+    let member = Member::from_spec(spec, state);
+    SinkRunner::with_members(
+        None,
+        vec![member],
+        &SinkProcessorConfig::Default,
         channel,
-        batch_size,
-        metrics,
-        ..
-    } = spec;
-    let ctx = SinkContext {
+        drain,
+    )
+    .run()
+    .await;
+}
+
+async fn run_sink_group(group: SinkGroupSpec, drain: Shutdown, state: StateStore) {
+    let SinkGroupSpec {
         name,
-        metrics,
-        state: Some(state),
+        members,
+        processor,
+    } = group;
+    let Some(channel) = members.first().map(|m| Arc::clone(&m.channel)) else {
+        return;
     };
-    SinkRunner::new(ctx, sink, channel, batch_size, drain)
+    let members = members
+        .into_iter()
+        .map(|spec| Member::from_spec(spec, state.clone()))
+        .collect();
+    SinkRunner::with_members(Some(name), members, &processor, channel, drain)
         .run()
         .await;
 }
@@ -366,25 +390,109 @@ enum Flow {
     Stop,
 }
 
-/// Drives one sink: takes batches from its channel, sends them, keeping as many in flight as
-/// the sink's [`Pipelining`] and the channel allow, flushes, and commits the takes in order
-/// (or rolls them all back when the sink fails).
-struct SinkRunner {
+/// One sink driven by a runner, with its own counters, start and stop.
+struct Member {
     ctx: SinkContext,
     sink: Box<dyn Sink>,
-    channel: Arc<dyn Channel>,
     batch_size: usize,
+    counters: SinkCounters,
     /// Filled in once the sink has started.
     pipelining: Pipelining,
+    started: bool,
+}
+
+impl Member {
+    fn new(ctx: SinkContext, sink: Box<dyn Sink>, batch_size: usize) -> Self {
+        Self {
+            counters: SinkCounters::new(&ctx.metrics),
+            ctx,
+            sink,
+            batch_size,
+            pipelining: Pipelining::ONE_BATCH,
+            started: false,
+        }
+    }
+
+    fn from_spec(spec: SinkSpec, state: StateStore) -> Self {
+        let SinkSpec {
+            name,
+            sink,
+            batch_size,
+            metrics,
+            ..
+        } = spec;
+        let ctx = SinkContext {
+            name,
+            metrics,
+            state: Some(state),
+        };
+        Self::new(ctx, sink, batch_size)
+    }
+
+    fn name(&self) -> &str {
+        &self.ctx.name
+    }
+
+    /// Starts the sink once; on success its pipelining is bounded by the open takes the
+    /// channel allows.
+    async fn start(&mut self, channel: &dyn Channel) -> Result<(), SinkError> {
+        if let Err(e) = self.sink.start(&self.ctx).await {
+            self.counters.connections_failed.inc();
+            self.ctx.metrics.failed(&e);
+            return Err(e);
+        }
+        self.counters.connections_created.inc();
+        self.ctx.metrics.started();
+        self.started = true;
+        let wanted = self.sink.pipelining();
+        let open_takes = channel.max_open_takes().unwrap_or(usize::MAX);
+        self.pipelining = Pipelining {
+            max_batches: wanted.max_batches.min(open_takes).max(1),
+            max_events: wanted.max_events.max(1),
+            max_delay: wanted.max_delay,
+        };
+        info!(sink = %self.name(), "sink started");
+        Ok(())
+    }
+
+    /// Stops the sink if it started.
+    async fn stop(&mut self) {
+        if self.started {
+            if let Err(e) = self.sink.stop().await {
+                error!(sink = %self.name(), error = %e, "sink did not stop cleanly");
+            }
+            self.counters.connections_closed.inc();
+            info!(sink = %self.name(), "sink stopped");
+        }
+        self.ctx.metrics.stopped();
+    }
+}
+
+/// Drives one sink, or the sinks of a group, on one channel: takes batches, sends them to the
+/// member the processor chose, keeping as many in flight as that sink's [`Pipelining`] and
+/// the channel allow, flushes, and commits the takes in order. When the member fails, the
+/// batches in flight go to the next member the processor named for them, their takes still
+/// open; when every member failed, they are rolled back.
+struct SinkRunner {
+    /// The group's name; `None` for a sink outside any group.
+    group: Option<String>,
+    members: Vec<Member>,
+    processor: SinkProcessor,
+    channel: Arc<dyn Channel>,
     drain: Shutdown,
-    counters: SinkCounters,
     in_flight: InFlight,
+    /// The member the batches in flight went to.
+    current: usize,
+    /// The members to try after it for these batches, in the processor's order.
+    next: VecDeque<usize>,
     backoff: Duration,
     /// While the agent stops: since when deliveries keep failing.
     failing_since: Option<Instant>,
 }
 
 impl SinkRunner {
+    /// A runner for one sink.
+    #[cfg(test)]
     fn new(
         ctx: SinkContext,
         sink: Box<dyn Sink>,
@@ -392,70 +500,80 @@ impl SinkRunner {
         batch_size: usize,
         drain: Shutdown,
     ) -> Self {
-        Self {
-            counters: SinkCounters::new(&ctx.metrics),
-            ctx,
-            sink,
+        let member = Member::new(ctx, sink, batch_size);
+        Self::with_members(
+            None,
+            vec![member],
+            &SinkProcessorConfig::Default,
             channel,
-            batch_size,
-            pipelining: Pipelining::ONE_BATCH,
+            drain,
+        )
+    }
+
+    fn with_members(
+        group: Option<String>,
+        members: Vec<Member>,
+        processor: &SinkProcessorConfig,
+        channel: Arc<dyn Channel>,
+        drain: Shutdown,
+    ) -> Self {
+        Self {
+            group,
+            processor: SinkProcessor::new(processor, members.len()),
+            members,
+            channel,
             drain,
             in_flight: InFlight::default(),
+            current: 0,
+            next: VecDeque::new(),
             backoff: MIN_BACKOFF,
             failing_since: None,
         }
     }
 
-    fn name(&self) -> &str {
-        &self.ctx.name
+    /// The sink the batches in flight go to.
+    fn member(&mut self) -> &mut Member {
+        &mut self.members[self.current]
     }
 
-    /// Starts the sink, delivers until the channel is drained, and stops the sink.
+    /// Starts the sinks, delivers until the channel is drained, and stops the sinks.
     async fn run(mut self) {
-        if !self.start().await {
-            self.ctx.metrics.stopped();
-            return;
+        if self.start().await {
+            while self.step().await == Flow::Continue {}
         }
-        self.ctx.metrics.started();
-        info!(sink = %self.name(), "sink started");
-        self.pipelining = self.bounds();
-        while self.step().await == Flow::Continue {}
-        if let Err(e) = self.sink.stop().await {
-            error!(sink = %self.name(), error = %e, "sink did not stop cleanly");
+        for member in &mut self.members {
+            member.stop().await;
         }
-        self.counters.connections_closed.inc();
-        self.ctx.metrics.stopped();
-        info!(sink = %self.name(), "sink stopped");
     }
 
-    /// Starts the sink, retrying after a backoff; `false` when the agent stops first.
+    /// Starts the sinks. A sink alone is retried after a backoff until it starts; `false`
+    /// when the agent stops first. A member of a group that does not start is penalised and
+    /// started again when the processor next names it.
     async fn start(&mut self) -> bool {
+        if let Some(group) = &self.group {
+            info!(sink_group = %group, processor = ?self.processor, "sink group started");
+            for (i, member) in self.members.iter_mut().enumerate() {
+                if let Err(e) = member.start(self.channel.as_ref()).await {
+                    error!(sink = %member.name(), error = %e, "sink cannot start; the group goes on without it for now");
+                    self.processor.failed(i, Instant::now());
+                }
+            }
+            return true;
+        }
         let mut backoff = MIN_BACKOFF;
-        while let Err(e) = self.sink.start(&self.ctx).await {
-            self.counters.connections_failed.inc();
-            self.ctx.metrics.failed(&e);
+        let channel = Arc::clone(&self.channel);
+        while let Err(e) = self.members[0].start(channel.as_ref()).await {
+            let name = self.members[0].name().to_owned();
             if self.drain.is_triggered() {
                 // Nothing was taken: what the channel holds stays there (in a durable channel,
                 // for the next run).
-                error!(sink = %self.name(), error = %e, "sink cannot start; giving up, the agent is stopping");
+                error!(sink = %name, error = %e, "sink cannot start; giving up, the agent is stopping");
                 return false;
             }
-            error!(sink = %self.name(), error = %e, "sink cannot start; retrying");
+            error!(sink = %name, error = %e, "sink cannot start; retrying");
             backoff_or_stop(&mut backoff, &self.drain).await;
         }
-        self.counters.connections_created.inc();
         true
-    }
-
-    /// The sink's pipelining, within the open takes the channel allows.
-    fn bounds(&self) -> Pipelining {
-        let wanted = self.sink.pipelining();
-        let open_takes = self.channel.max_open_takes().unwrap_or(usize::MAX);
-        Pipelining {
-            max_batches: wanted.max_batches.min(open_takes).max(1),
-            max_events: wanted.max_events.max(1),
-            max_delay: wanted.max_delay,
-        }
     }
 
     /// One step: a flush when one is due, else the next take, sent to the sink.
@@ -465,6 +583,9 @@ impl SinkRunner {
         }
         if self.drain.is_triggered() && self.channel.is_empty() {
             return Flow::Stop;
+        }
+        if self.in_flight.is_empty() && !self.choose().await {
+            return self.none_available().await;
         }
         let Some(take) = self.take().await else {
             return Flow::Continue;
@@ -476,13 +597,65 @@ impl SinkRunner {
         self.send(take).await
     }
 
+    /// Chooses the member for the next batches: the first of the processor's order that is
+    /// started (or starts now). `false` when none is.
+    async fn choose(&mut self) -> bool {
+        self.next = self.processor.order(Instant::now()).into();
+        match self.next_member().await {
+            Some(member) => {
+                self.current = member;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The next member of the processor's order for the batches at hand that is started or
+    /// starts now.
+    async fn next_member(&mut self) -> Option<usize> {
+        while let Some(i) = self.next.pop_front() {
+            let member = &mut self.members[i];
+            if !member.started
+                && let Err(e) = member.start(self.channel.as_ref()).await
+            {
+                error!(sink = %member.name(), error = %e, "sink cannot start");
+                self.processor.failed(i, Instant::now());
+                continue;
+            }
+            return Some(i);
+        }
+        None
+    }
+
+    /// No member of the group may take a batch now (each is penalised or does not start):
+    /// waits until the first penalty ends, or a backoff.
+    async fn none_available(&mut self) -> Flow {
+        if self.gives_up_draining() {
+            return Flow::Stop;
+        }
+        let now = Instant::now();
+        match self.processor.next_available(now) {
+            Some(at) => {
+                let at = at.min(now + MAX_BACKOFF);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = self.drain.wait(), if !self.drain.is_triggered() => {}
+                }
+            }
+            None => back_off(&mut self.backoff).await,
+        }
+        Flow::Continue
+    }
+
     /// Whether the batches in flight must be flushed before anything is taken: a bound is
     /// reached, the channel has nothing more right now, or the agent stops and the channel is
     /// empty (a channel that reports no size, such as kafka, is always empty).
     fn flush_due(&self) -> bool {
         !self.in_flight.is_empty()
             && (self.in_flight.caught_up
-                || self.in_flight.reached(&self.pipelining)
+                || self
+                    .in_flight
+                    .reached(&self.members[self.current].pipelining)
                 || (self.drain.is_triggered() && self.channel.is_empty()))
     }
 
@@ -494,16 +667,18 @@ impl SinkRunner {
         } else {
             Duration::ZERO
         };
+        let batch_size = self.members[self.current].batch_size;
         let take = tokio::select! {
-            take = self.channel.take(self.batch_size, wait) => take,
+            take = self.channel.take(batch_size, wait) => take,
             // Taking is cancel-safe: nothing leaves the channel until `take` returns.
             _ = self.drain.wait(), if !self.drain.is_triggered() => return None,
         };
         match take {
             Ok(take) => Some(take),
             Err(e) => {
-                error!(sink = %self.name(), error = %e, "cannot take from channel");
-                self.counters.read_fails.inc();
+                let member = &self.members[self.current];
+                error!(sink = %member.name(), error = %e, "cannot take from channel");
+                member.counters.read_fails.inc();
                 if self.in_flight.is_empty() {
                     back_off(&mut self.backoff).await;
                 } else {
@@ -515,31 +690,39 @@ impl SinkRunner {
         }
     }
 
-    /// An empty take: flush what is in flight, or let the sink do its idle work.
+    /// An empty take: flush what is in flight, or let the sinks do their idle work.
     async fn nothing_ready(&mut self) -> Flow {
-        self.counters.batches_empty.inc();
+        self.member().counters.batches_empty.inc();
         if !self.in_flight.is_empty() {
             return self.flush().await;
         }
-        if let Err(e) = self.sink.idle().await {
-            warn!(sink = %self.name(), error = %e, "sink idle work failed");
+        for member in self.members.iter_mut().filter(|m| m.started) {
+            if let Err(e) = member.sink.idle().await {
+                warn!(sink = %member.name(), error = %e, "sink idle work failed");
+            }
         }
         Flow::Continue
     }
 
-    /// Sends a batch to the sink; its take stays open until the next flush.
+    /// Sends a batch to the current member; its take stays open until the next flush.
     async fn send(&mut self, take: Box<dyn TakeTransaction>) -> Flow {
         let n = take.events().len();
-        self.counters.drain_attempts.add(n as u64);
+        if self.in_flight.is_empty() {
+            self.processor.chosen(self.current);
+        }
         self.in_flight.since.get_or_insert_with(Instant::now);
-        let sent = self
+        let short = n < self.members[self.current]
+            .batch_size
+            .min(self.channel.transaction_capacity());
+        let member = &mut self.members[self.current];
+        member.counters.drain_attempts.add(n as u64);
+        let sent = member
             .sink
             .send(SinkBatch {
                 events: take.events(),
                 sequences: take.sequences(),
             })
             .await;
-        let short = n < self.batch_size.min(self.channel.transaction_capacity());
         self.in_flight.push(take, short);
         match sent {
             Ok(()) => Flow::Continue,
@@ -547,72 +730,171 @@ impl SinkRunner {
         }
     }
 
-    /// Flushes the sink, then commits the takes in flight, oldest first.
+    /// Flushes the current member, then commits the takes in flight, oldest first.
     async fn flush(&mut self) -> Flow {
-        match self.sink.flush().await {
+        match self.member().sink.flush().await {
             Ok(()) => {
                 if let Some(since) = self.in_flight.since {
-                    self.counters.delivery.observe(since.elapsed());
+                    self.member().counters.delivery.observe(since.elapsed());
                 }
-                self.commit().await;
+                let takes = self.in_flight.take_all();
+                self.delivered(self.current, takes).await;
                 Flow::Continue
             }
             Err(e) => self.failed(e).await,
         }
     }
 
-    /// Commits every take in flight, oldest first.
-    async fn commit(&mut self) {
+    /// `member` made `takes` safe: commits them, oldest first.
+    async fn delivered(&mut self, member: usize, takes: Vec<Box<dyn TakeTransaction>>) {
+        self.processor.delivered(member);
+        let member = &mut self.members[member];
         let mut committed_all = true;
-        for take in self.in_flight.take_all() {
+        for take in takes {
             let n = take.events().len();
             let bytes: usize = take.events().iter().map(|e| e.body.len()).sum();
             if let Err(e) = take.commit().await {
                 // The events were delivered but stay in the channel: they will be delivered
                 // again (at-least-once), never lost.
-                error!(sink = %self.name(), error = %e, "cannot commit take");
+                error!(sink = %member.name(), error = %e, "cannot commit take");
                 committed_all = false;
                 continue;
             }
-            self.counters.drain_successes.add(n as u64);
-            self.counters.drained_bytes.add(bytes as u64);
-            if n == self.batch_size {
-                self.counters.batches_complete.inc();
+            member.counters.drain_successes.add(n as u64);
+            member.counters.drained_bytes.add(bytes as u64);
+            if n == member.batch_size {
+                member.counters.batches_complete.inc();
             } else {
-                self.counters.batches_underflow.inc();
+                member.counters.batches_underflow.inc();
             }
         }
         if committed_all {
             self.failing_since = None;
             self.backoff = MIN_BACKOFF;
-            self.ctx.metrics.succeeded();
+            member.ctx.metrics.succeeded();
         }
     }
 
-    /// After a failed send or flush: rolls back every take in flight, newest first, so that
-    /// their events return to the front of the channel in channel order, then backs off.
+    /// Counts a failure of `member` with `events` events in flight, and penalises it.
+    fn member_failed(&mut self, member: usize, error: &SinkError, events: usize) {
+        self.processor.failed(member, Instant::now());
+        let member = &mut self.members[member];
+        member.counters.write_fails.add(events as u64);
+        member.ctx.metrics.failed(error);
+        error!(sink = %member.name(), error = %error, events, "delivery failed");
+    }
+
+    /// After a failed send or flush: hands the batches in flight to the next members of the
+    /// processor's order (their takes stay open); when none is left or every one failed,
+    /// rolls their takes back, newest first, so that their events return to the front of the
+    /// channel in channel order, then backs off.
     async fn failed(&mut self, error: SinkError) -> Flow {
-        let events = self.in_flight.events;
-        self.counters.write_fails.add(events as u64);
-        self.ctx.metrics.failed(&error);
-        error!(sink = %self.name(), error = %error, events, "delivery failed; rolling back and retrying");
+        self.member_failed(self.current, &error, self.in_flight.events);
         let mut takes = self.in_flight.take_all();
-        while let Some(take) = takes.pop() {
-            if let Err(e) = take.rollback().await {
-                error!(sink = %self.name(), error = %e, "cannot roll back take");
+        while let Some(next) = self.next_member().await {
+            info!(
+                sink_group = self.group.as_deref().unwrap_or_default(),
+                from = %self.members[self.current].name(),
+                to = %self.members[next].name(),
+                batches = takes.len(),
+                "handing the batches over to the next sink of the group"
+            );
+            self.current = next;
+            match self.hand_over(takes).await {
+                Ok(()) => return Flow::Continue,
+                Err(rest) => takes = rest,
             }
         }
-        if self.drain.is_triggered() && self.channel.is_durable() {
-            let failing = *self.failing_since.get_or_insert_with(Instant::now);
-            if failing.elapsed() >= DRAIN_GRACE {
-                // The events are safe in the channel for the next run; waiting on a dead
-                // destination would keep the agent from stopping.
-                warn!(sink = %self.name(), "the sink keeps failing while the agent stops; its durable channel keeps the rest for the next run");
-                return Flow::Stop;
+        let events: usize = takes.iter().map(|t| t.events().len()).sum();
+        error!(
+            sink = %self.members[self.current].name(),
+            sink_group = self.group.as_deref().unwrap_or_default(),
+            events,
+            "delivery failed; rolling back and retrying"
+        );
+        while let Some(take) = takes.pop() {
+            if let Err(e) = take.rollback().await {
+                error!(sink = %self.members[self.current].name(), error = %e, "cannot roll back take");
             }
+        }
+        if self.gives_up_draining() {
+            return Flow::Stop;
         }
         back_off(&mut self.backoff).await;
         Flow::Continue
+    }
+
+    /// Delivers the batches another member failed to the current member, as many per flush
+    /// as its pipelining allows, committing each flush's takes; on failure returns the takes
+    /// not delivered, oldest first.
+    async fn hand_over(
+        &mut self,
+        takes: Vec<Box<dyn TakeTransaction>>,
+    ) -> Result<(), Vec<Box<dyn TakeTransaction>>> {
+        let mut takes: VecDeque<_> = takes.into();
+        let mut first = true;
+        while !takes.is_empty() {
+            let bounds = self.member().pipelining;
+            let since = Instant::now();
+            let mut sent = Vec::new();
+            let mut events = 0;
+            while sent.len() < bounds.max_batches && events < bounds.max_events {
+                let Some(take) = takes.pop_front() else {
+                    break;
+                };
+                let n = take.events().len();
+                let member = &mut self.members[self.current];
+                member.counters.drain_attempts.add(n as u64);
+                let result = member
+                    .sink
+                    .send(SinkBatch {
+                        events: take.events(),
+                        sequences: take.sequences(),
+                    })
+                    .await;
+                events += n;
+                sent.push(take);
+                if let Err(e) = result {
+                    self.member_failed(self.current, &e, events);
+                    sent.extend(takes);
+                    return Err(sent);
+                }
+            }
+            if first {
+                self.processor.chosen(self.current);
+                first = false;
+            }
+            if let Err(e) = self.member().sink.flush().await {
+                self.member_failed(self.current, &e, events);
+                sent.extend(takes);
+                return Err(sent);
+            }
+            self.member().counters.delivery.observe(since.elapsed());
+            self.delivered(self.current, sent).await;
+        }
+        Ok(())
+    }
+
+    /// While the agent stops, with a durable channel: whether deliveries have failed for
+    /// [`DRAIN_GRACE`], so that the runner stops and leaves the rest for the next run.
+    fn gives_up_draining(&mut self) -> bool {
+        if !(self.drain.is_triggered() && self.channel.is_durable()) {
+            return false;
+        }
+        let failing = *self.failing_since.get_or_insert_with(Instant::now);
+        if failing.elapsed() < DRAIN_GRACE {
+            return false;
+        }
+        // The events are safe in the channel for the next run; waiting on a dead destination
+        // would keep the agent from stopping.
+        let name = match &self.group {
+            Some(group) => format!("sink group `{group}`"),
+            None => format!("sink `{}`", self.members[self.current].name()),
+        };
+        warn!(
+            "{name} keeps failing while the agent stops; its durable channel keeps the rest for the next run"
+        );
+        true
     }
 }
 
@@ -779,14 +1061,13 @@ mod tests {
         }
     }
 
-    /// Runs `sink` over a memory channel holding `events` events `e0`, `e1`, ... until the
-    /// channel is drained; returns the runner's log and the sink's counters.
-    async fn drain_through(
-        sink: impl Sink,
+    /// A memory channel holding `events` events `e0`, `e1`, ..., noting commits and rollbacks
+    /// in `log`.
+    async fn filled_channel(
         log: &Log,
         events: usize,
         max_open_takes: Option<usize>,
-    ) -> ComponentMetrics {
+    ) -> NotedChannel {
         let inner = MemoryChannel::new(
             "buffer",
             &MemoryChannelConfig {
@@ -815,6 +1096,18 @@ mod tests {
                 .await
                 .unwrap();
         }
+        channel
+    }
+
+    /// Runs `sink` over a memory channel holding `events` events `e0`, `e1`, ... until the
+    /// channel is drained; returns the runner's log and the sink's counters.
+    async fn drain_through(
+        sink: impl Sink,
+        log: &Log,
+        events: usize,
+        max_open_takes: Option<usize>,
+    ) -> ComponentMetrics {
+        let channel = filled_channel(log, events, max_open_takes).await;
         let metrics = ComponentMetrics::new("sink", "runner-test");
         let ctx = SinkContext {
             name: "runner-test".into(),
@@ -828,6 +1121,137 @@ mod tests {
             .run()
             .await;
         metrics
+    }
+
+    /// A sink that notes `<name> e10` for each batch it delivers and `<name> e10 failed` for
+    /// each of its first `failures` batches, which it fails.
+    struct NamedSink {
+        name: &'static str,
+        log: Log,
+        failures: usize,
+    }
+
+    #[async_trait]
+    impl Sink for NamedSink {
+        async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+            let first = first_body(batch.events);
+            if self.failures > 0 {
+                self.failures -= 1;
+                note(&self.log, format!("{} {first} failed", self.name));
+                return Err(SinkError::Delivery("the destination is down".into()));
+            }
+            note(&self.log, format!("{} {first}", self.name));
+            Ok(())
+        }
+    }
+
+    /// Runs a group of `sinks` with `processor` over a channel of `events` events until it is
+    /// drained; returns each member's counters.
+    async fn drain_group(
+        sinks: Vec<NamedSink>,
+        processor: SinkProcessorConfig,
+        log: &Log,
+        events: usize,
+    ) -> Vec<ComponentMetrics> {
+        let channel = filled_channel(log, events, None).await;
+        let mut metrics = Vec::new();
+        let members = sinks
+            .into_iter()
+            .map(|sink| {
+                let ctx = SinkContext {
+                    name: sink.name.into(),
+                    metrics: ComponentMetrics::new("sink", sink.name),
+                    state: None,
+                };
+                metrics.push(ctx.metrics.clone());
+                Member::new(ctx, Box::new(sink), 10)
+            })
+            .collect();
+        let drain = Shutdown::new();
+        drain.trigger();
+        SinkRunner::with_members(
+            Some("group".into()),
+            members,
+            &processor,
+            Arc::new(channel),
+            drain,
+        )
+        .run()
+        .await;
+        metrics
+    }
+
+    fn named(name: &'static str, log: &Log, failures: usize) -> NamedSink {
+        NamedSink {
+            name,
+            log: Arc::clone(log),
+            failures,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failover_hands_a_failed_batch_to_the_standby_without_a_rollback() {
+        let log = Log::default();
+        let processor = SinkProcessorConfig::Failover {
+            priorities: vec![10, 5],
+            max_penalty: Duration::from_secs(30),
+        };
+        let sinks = vec![named("primary", &log, 1), named("standby", &log, 0)];
+        let metrics = drain_group(sinks, processor, &log, 30).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "primary e0 failed, standby e0, commit e0",
+                // The primary is left out while penalised.
+                "standby e10, commit e10, standby e20, commit e20",
+            ])
+        );
+        assert_eq!(metrics[0].counter("EventWriteFail").get(), 10);
+        assert_eq!(metrics[0].counter("EventDrainSuccessCount").get(), 0);
+        assert_eq!(metrics[1].counter("EventDrainSuccessCount").get(), 30);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_every_member_failed_is_rolled_back_and_retried() {
+        let log = Log::default();
+        let processor = SinkProcessorConfig::LoadBalance {
+            selector: crate::sinkgroup::Selector::RoundRobin,
+            backoff: false,
+            max_timeout: Duration::from_secs(30),
+        };
+        let sinks = vec![named("a", &log, 1), named("b", &log, 1)];
+        drain_group(sinks, processor, &log, 20).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "a e0 failed, b e0 failed, rollback e0",
+                // Without backoff no sink is left out; the retry is the next turn, `b`'s.
+                "b e0, commit e0, a e10, commit e10",
+            ])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn round_robin_gives_each_member_a_batch_in_turn() {
+        let log = Log::default();
+        let processor = SinkProcessorConfig::LoadBalance {
+            selector: crate::sinkgroup::Selector::RoundRobin,
+            backoff: true,
+            max_timeout: Duration::from_secs(30),
+        };
+        let sinks = vec![
+            named("a", &log, 0),
+            named("b", &log, 0),
+            named("c", &log, 0),
+        ];
+        drain_group(sinks, processor, &log, 40).await;
+        assert_eq!(
+            lines(&log),
+            expected(&[
+                "a e0, commit e0, b e10, commit e10",
+                "c e20, commit e20, a e30, commit e30",
+            ])
+        );
     }
 
     fn lines(log: &Log) -> Vec<String> {
