@@ -112,12 +112,22 @@ impl Agent {
 
     /// Like `start`, with extra environment variables.
     pub fn start_with(dir: &Path, config: &str, env: &[(&str, &str)]) -> Agent {
+        Self::start_full(dir, config, env, &[])
+    }
+
+    /// Like `start`, with extra arguments after `run FILE`.
+    pub fn start_args(dir: &Path, config: &str, args: &[&str]) -> Agent {
+        Self::start_full(dir, config, &[], args)
+    }
+
+    fn start_full(dir: &Path, config: &str, env: &[(&str, &str)], args: &[&str]) -> Agent {
         let file = dir.join("pipeline.yaml");
         fs::write(&file, config).unwrap();
         let log = dir.join("agent.log");
         let child = Command::new(env!("CARGO_BIN_EXE_agent"))
             .arg("run")
             .arg(&file)
+            .args(args)
             .current_dir(dir)
             .envs(env.iter().copied())
             .stdin(Stdio::null())

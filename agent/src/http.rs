@@ -82,7 +82,8 @@ fn fill_percentage(counters: &[(&'static str, u64)]) -> Option<f64> {
 /// The counters of every component of a pipeline, read by the endpoints. Cheap to clone.
 #[derive(Clone)]
 pub struct PipelineMetrics {
-    components: Arc<Vec<Component>>,
+    /// Swapped whole when a reload changes the pipeline.
+    components: Arc<std::sync::RwLock<Arc<Vec<Component>>>>,
     unhealthy_after: Duration,
 }
 
@@ -134,15 +135,27 @@ impl PipelineMetrics {
             });
         }
         Self {
-            components: Arc::new(components),
+            components: Arc::new(std::sync::RwLock::new(Arc::new(components))),
             unhealthy_after: topology.agent.unhealthy_after,
         }
+    }
+
+    /// The components now.
+    fn components(&self) -> Arc<Vec<Component>> {
+        Arc::clone(&self.components.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Takes the components of `other` (a reloaded pipeline): every endpoint shows them from
+    /// now on.
+    pub fn replace(&self, other: &PipelineMetrics) {
+        let components = other.components();
+        *self.components.write().unwrap_or_else(|e| e.into_inner()) = components;
     }
 
     /// No components: the metrics of `agent broker`, which runs no pipeline.
     pub fn empty() -> Self {
         Self {
-            components: Arc::new(Vec::new()),
+            components: Arc::new(std::sync::RwLock::new(Arc::new(Vec::new()))),
             unhealthy_after: Duration::from_secs(30),
         }
     }
@@ -152,7 +165,7 @@ impl PipelineMetrics {
     /// `Type`; sinks and sources also carry `LastError` (empty while not failing).
     pub fn flume_json(&self) -> Value {
         let mut all = Map::new();
-        for component in self.components.iter() {
+        for component in self.components().iter() {
             let counters = component.counters();
             let mut entry = Map::new();
             for (key, value) in &counters {
@@ -176,9 +189,9 @@ impl PipelineMetrics {
 
     /// The components that have failed for longer than `agent.unhealthy_after` without a
     /// success since, with their failure.
-    fn failing(&self) -> Vec<(&Component, Failure)> {
+    fn failing<'a>(&self, components: &'a [Component]) -> Vec<(&'a Component, Failure)> {
         let now = SystemTime::now();
-        self.components
+        components
             .iter()
             .filter_map(|c| c.metrics.failure().map(|f| (c, f)))
             .filter(|(_, f)| {
@@ -189,9 +202,10 @@ impl PipelineMetrics {
 
     /// The `/health` answer: its status code and body.
     pub fn health(&self) -> (StatusCode, Value) {
-        let failing = self.failing();
+        let all = self.components();
+        let failing = self.failing(&all);
         if failing.is_empty() {
-            let components = self.components.len();
+            let components = self.components().len();
             return (
                 StatusCode::OK,
                 json!({"status": "ok", "components": components}),
@@ -221,7 +235,7 @@ impl PipelineMetrics {
     /// The `/api/pipeline` answer: every component with its counters.
     pub fn api(&self) -> Value {
         let components: Vec<Value> = self
-            .components
+            .components()
             .iter()
             .map(|component| {
                 let counters = component.counters();
@@ -390,7 +404,8 @@ impl Collector for PipelineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         // Grouped by family first: a family's samples must follow its descriptor.
         let mut families: BTreeMap<(&'static str, &'static str), Samples<'_>> = BTreeMap::new();
-        for component in self.0.components.iter() {
+        let components = self.0.components();
+        for component in components.iter() {
             let counters = component.counters();
             let fill = fill_percentage(&counters);
             let samples = counters
@@ -407,7 +422,8 @@ impl Collector for PipelineCollector {
         }
         // Per-item gauges, e.g. ferry_source_file_bytes_behind{file=...}.
         let mut items: BTreeMap<(&'static str, &'static str), Vec<_>> = BTreeMap::new();
-        for component in self.0.components.iter() {
+        let components = self.0.components();
+        for component in components.iter() {
             for (metric, found) in component.metrics.items() {
                 items.entry((component.kind, metric)).or_default().push((
                     &component.name,
@@ -437,7 +453,8 @@ impl Collector for PipelineCollector {
         }
         // Latency histograms: `ferry_<kind>_<name>_seconds`, e.g. ferry_channel_put_latency_seconds.
         let mut latencies: BTreeMap<(&'static str, &'static str), Vec<_>> = BTreeMap::new();
-        for component in self.0.components.iter() {
+        let components = self.0.components();
+        for component in components.iter() {
             for (metric, snapshot) in component.metrics.latencies() {
                 latencies
                     .entry((component.kind, metric))

@@ -17,6 +17,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use ferry_core::{Registry, Shutdown};
 
 pub mod http;
+pub mod pipeline;
+mod reload;
 pub mod runtime;
 pub mod sinkgroup;
 pub mod tools;
@@ -62,6 +64,9 @@ enum Command {
     Run {
         /// The pipeline file.
         file: PathBuf,
+        /// Do not reload the file when it changes or on SIGHUP.
+        #[arg(long)]
+        no_watch: bool,
     },
     /// Checks pipeline files and reports every problem; exits 2 if there is any.
     Validate {
@@ -113,7 +118,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
     init_logging(cli.log_format);
     match cli.command {
         Command::Validate { files } => validate(&files, &registry),
-        Command::Run { file } => run(&file, registry),
+        Command::Run { file, no_watch } => run(&file, registry, !no_watch),
         Command::Broker { config } => broker(config.as_deref()),
         Command::Topics(args) => tool(tools::topics::run(args)),
         Command::Groups(args) => tool(tools::groups::run(args)),
@@ -190,7 +195,7 @@ fn validate(files: &[PathBuf], registry: &Registry) -> ExitCode {
     }
 }
 
-fn run(file: &Path, registry: Registry) -> ExitCode {
+fn run(file: &Path, registry: Registry, watch: bool) -> ExitCode {
     let topology = match topology::load(file, &registry) {
         Ok(topology) => topology,
         Err(problems) => {
@@ -198,11 +203,25 @@ fn run(file: &Path, registry: Registry) -> ExitCode {
             return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
+    let registry = std::sync::Arc::new(registry);
     until_stopped(|stop| async move {
         for note in &topology.notes {
             tracing::warn!(file = %file.display(), "{note}");
         }
-        runtime::run(topology, stop).await
+        let reloads = if watch {
+            let path = file.to_owned();
+            let loader: pipeline::Loader = std::sync::Arc::new(move || {
+                let topology = topology::load(&path, &registry)?;
+                for note in &topology.notes {
+                    tracing::warn!(file = %path.display(), "{note}");
+                }
+                Ok(topology)
+            });
+            Some(reload::watch(file, loader)?)
+        } else {
+            None
+        };
+        runtime::run_reloading(topology, stop, reloads).await
     })
 }
 

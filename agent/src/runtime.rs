@@ -30,11 +30,11 @@ use ferry_core::{
     Channel, CheckpointStore, ComponentMetrics, Counter, Latency, Pipelining, Shutdown, Sink,
     SinkBatch, SinkContext, SinkError, SourceContext, SourceOptions, TakeTransaction,
 };
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::http::{HttpServer, PipelineMetrics};
+use crate::pipeline::{Pipeline, Reloads};
 use crate::sinkgroup::{SinkProcessor, SinkProcessorConfig};
 use crate::topology::{SinkGroupSpec, SinkSpec, SourceSpec, Topology};
 
@@ -51,6 +51,16 @@ const DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// Runs `topology` until `stop` fires (or every source ends, when there is no broker), then
 /// drains and returns.
 pub async fn run(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
+    run_reloading(topology, stop, None).await
+}
+
+/// Like [`run`], applying the reloads `reloads` asks for while it runs (see
+/// [`crate::pipeline`]).
+pub async fn run_reloading(
+    topology: Topology,
+    stop: Shutdown,
+    reloads: Option<Reloads>,
+) -> anyhow::Result<()> {
     // The broker comes first, so that Kafka components find it, and goes last.
     let broker = match topology.broker.clone() {
         Some(config) => {
@@ -65,9 +75,10 @@ pub async fn run(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
     // The HTTP server comes next and also goes after the pipeline, so that the drain can be
     // watched.
     let http_stop = Shutdown::new();
+    let metrics = PipelineMetrics::new(&topology);
     let http = match topology.agent.http {
         Some(address) => {
-            let mut server = HttpServer::new(PipelineMetrics::new(&topology));
+            let mut server = HttpServer::new(metrics.clone());
             if let Some(broker) = &broker {
                 server.with_broker(broker.observer());
             }
@@ -76,7 +87,13 @@ pub async fn run(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
         None => None,
     };
     let serves_until_stopped = broker.is_some() || http.is_some();
-    let result = run_pipeline(topology, stop.clone()).await;
+    let result = match Pipeline::start(topology, stop.clone(), Some(metrics)).await {
+        Ok(pipeline) => {
+            pipeline.run(reloads).await;
+            Ok(())
+        }
+        Err(e) => Err(e),
+    };
     if serves_until_stopped && result.is_ok() {
         // With a broker or an HTTP server the agent serves until it is told to stop, even
         // when every source has ended.
@@ -104,73 +121,6 @@ pub fn listeners(broker: &ferry_broker::BrokerHandle) -> String {
         .join(",")
 }
 
-/// Runs the sources, channels and sinks until `stop` fires or every source ends.
-async fn run_pipeline(topology: Topology, stop: Shutdown) -> anyhow::Result<()> {
-    let data_dir = topology.agent.data_dir.clone();
-    let state = tokio::task::spawn_blocking(move || StateStore::open(&data_dir))
-        .await?
-        .context("opening the agent's state store")?;
-    for channel in topology.channels.values() {
-        channel
-            .start()
-            .await
-            .with_context(|| format!("starting channel `{}`", channel.name()))?;
-        channel.metrics().started();
-        info!(channel = %channel.name(), events = channel.len(), "channel started");
-    }
-    let full_channel_warning = topology.agent.full_channel_warning;
-    let store: Arc<dyn CheckpointStore> = Arc::new(state.clone());
-    let source_stop = stop.child();
-    let drain = Shutdown::new();
-
-    let has_sources = !topology.sources.is_empty();
-    let mut sources = JoinSet::new();
-    for spec in topology.sources {
-        sources.spawn(run_source(
-            spec,
-            source_stop.clone(),
-            Arc::clone(&store),
-            full_channel_warning,
-        ));
-    }
-    let mut sinks = JoinSet::new();
-    for spec in topology.sinks {
-        sinks.spawn(run_sink(spec, drain.clone(), state.clone()));
-    }
-    for group in topology.sink_groups {
-        sinks.spawn(run_sink_group(group, drain.clone(), state.clone()));
-    }
-    info!(
-        sources = sources.len(),
-        sinks = sinks.len(),
-        channels = topology.channels.len(),
-        "pipeline started"
-    );
-
-    if has_sources {
-        while let Some(result) = sources.join_next().await {
-            if let Err(e) = result {
-                error!(error = %e, "a source task panicked");
-            }
-        }
-    } else {
-        stop.wait().await;
-    }
-    info!("sources stopped; draining channels");
-    drain.trigger();
-    while let Some(result) = sinks.join_next().await {
-        if let Err(e) = result {
-            error!(error = %e, "a sink task panicked");
-        }
-    }
-    for channel in topology.channels.values() {
-        channel.metrics().stopped();
-        info!(channel = %channel.name(), events = channel.len(), "channel stopped");
-    }
-    info!("pipeline stopped");
-    Ok(())
-}
-
 /// Sleeps for `backoff`, then doubles it up to [`MAX_BACKOFF`].
 async fn back_off(backoff: &mut Duration) {
     let wait = *backoff;
@@ -186,7 +136,7 @@ async fn backoff_or_stop(backoff: &mut Duration, stop: &Shutdown) -> bool {
     }
 }
 
-async fn run_source(
+pub(crate) async fn run_source(
     spec: SourceSpec,
     stop: Shutdown,
     store: Arc<dyn CheckpointStore>,
@@ -311,7 +261,9 @@ impl SinkCounters {
     }
 }
 
-async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
+/// Runs one sink until `drain` (its channel is drained, then it stops) or `retire` (what is in
+/// flight is finished, then it stops) fires.
+pub(crate) async fn run_sink(spec: SinkSpec, drain: Shutdown, retire: Shutdown, state: StateStore) {
     let channel = Arc::clone(&spec.channel);
     let member = Member::from_spec(spec, state);
     SinkRunner::with_members(
@@ -321,11 +273,18 @@ async fn run_sink(spec: SinkSpec, drain: Shutdown, state: StateStore) {
         channel,
         drain,
     )
+    .retiring_on(retire)
     .run()
     .await;
 }
 
-async fn run_sink_group(group: SinkGroupSpec, drain: Shutdown, state: StateStore) {
+/// Runs a sink group as [`run_sink`] runs a sink.
+pub(crate) async fn run_sink_group(
+    group: SinkGroupSpec,
+    drain: Shutdown,
+    retire: Shutdown,
+    state: StateStore,
+) {
     let SinkGroupSpec {
         name,
         members,
@@ -339,6 +298,7 @@ async fn run_sink_group(group: SinkGroupSpec, drain: Shutdown, state: StateStore
         .map(|spec| Member::from_spec(spec, state.clone()))
         .collect();
     SinkRunner::with_members(Some(name), members, &processor, channel, drain)
+        .retiring_on(retire)
         .run()
         .await;
 }
@@ -480,6 +440,8 @@ struct SinkRunner {
     processor: SinkProcessor,
     channel: Arc<dyn Channel>,
     drain: Shutdown,
+    /// Fires when a reload stops this runner: finish what is in flight, take nothing more.
+    retire: Shutdown,
     in_flight: InFlight,
     /// The member the batches in flight went to.
     current: usize,
@@ -523,12 +485,19 @@ impl SinkRunner {
             members,
             channel,
             drain,
+            retire: Shutdown::new(),
             in_flight: InFlight::default(),
             current: 0,
             next: VecDeque::new(),
             backoff: MIN_BACKOFF,
             failing_since: None,
         }
+    }
+
+    /// Stops the runner when `retire` fires, once the batches in flight are done.
+    fn retiring_on(mut self, retire: Shutdown) -> Self {
+        self.retire = retire;
+        self
     }
 
     /// The sink the batches in flight go to.
@@ -570,14 +539,28 @@ impl SinkRunner {
                 error!(sink = %name, error = %e, "sink cannot start; giving up, the agent is stopping");
                 return false;
             }
+            if self.retire.is_triggered() {
+                return false;
+            }
             error!(sink = %name, error = %e, "sink cannot start; retrying");
-            backoff_or_stop(&mut backoff, &self.drain).await;
+            tokio::select! {
+                _ = backoff_or_stop(&mut backoff, &self.drain) => {}
+                _ = self.retire.wait() => {}
+            }
         }
         true
     }
 
     /// One step: a flush when one is due, else the next take, sent to the sink.
     async fn step(&mut self) -> Flow {
+        if self.retire.is_triggered() {
+            // A reload stops this runner: what is in flight is delivered (or rolled back into
+            // the channel), nothing more is taken.
+            if self.in_flight.is_empty() {
+                return Flow::Stop;
+            }
+            return self.flush().await;
+        }
         if self.flush_due() {
             return self.flush().await;
         }
@@ -640,6 +623,7 @@ impl SinkRunner {
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
                     _ = self.drain.wait(), if !self.drain.is_triggered() => {}
+                    _ = self.retire.wait(), if !self.retire.is_triggered() => {}
                 }
             }
             None => back_off(&mut self.backoff).await,
@@ -672,6 +656,7 @@ impl SinkRunner {
             take = self.channel.take(batch_size, wait) => take,
             // Taking is cancel-safe: nothing leaves the channel until `take` returns.
             _ = self.drain.wait(), if !self.drain.is_triggered() => return None,
+            _ = self.retire.wait(), if !self.retire.is_triggered() => return None,
         };
         match take {
             Ok(take) => Some(take),

@@ -144,6 +144,10 @@ pub struct Topology {
     /// Remarks that are not problems, with their lines: a type written in Flume's spelling
     /// (`TAILDIR`, `syslogtcp`) is taken, with the canonical name suggested.
     pub notes: Vec<String>,
+    /// What each entry says, as written (variables substituted) but without positions, by
+    /// `section.name` (`sources.app`), and `agent` and `broker`: two files say the same of a
+    /// component when these are equal. A reload compares them.
+    pub fingerprints: BTreeMap<String, String>,
 }
 
 impl Topology {
@@ -228,12 +232,55 @@ pub fn parse(text: &str, registry: &Registry) -> Result<Topology, Vec<ConfigErro
     let mut topology = builder.build(&root);
     builder.notes.sort();
     topology.notes = builder.notes.into_iter().map(|(_, note)| note).collect();
+    topology.fingerprints = fingerprints(&root);
     let mut errors = builder.errors;
     if errors.is_empty() {
         Ok(topology)
     } else {
         errors.sort_by_key(|e| e.location);
         Err(errors)
+    }
+}
+
+/// The fingerprint of every entry of `root` (see [`Topology::fingerprints`]).
+fn fingerprints(root: &Node) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some(root) = root.as_mapping() else {
+        return out;
+    };
+    for (section, node) in root.iter() {
+        match node.as_mapping() {
+            Some(entries) if section.as_str() != "agent" && section.as_str() != "broker" => {
+                for (name, entry) in entries.iter() {
+                    out.insert(
+                        format!("{}.{}", section.as_str(), name.as_str()),
+                        canonical(entry),
+                    );
+                }
+            }
+            _ => {
+                out.insert(section.as_str().to_owned(), canonical(node));
+            }
+        }
+    }
+    out
+}
+
+/// `node` as text without positions: equal for equal YAML wherever it is written.
+fn canonical(node: &Node) -> String {
+    match node {
+        Node::Scalar(s) => format!("{:?}", s.as_str()),
+        Node::Sequence(seq) => {
+            let items: Vec<String> = seq.iter().map(canonical).collect();
+            format!("[{}]", items.join(","))
+        }
+        Node::Mapping(map) => {
+            let items: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{:?}:{}", k.as_str(), canonical(v)))
+                .collect();
+            format!("{{{}}}", items.join(","))
+        }
     }
 }
 
@@ -431,6 +478,7 @@ impl Builder<'_> {
             sinks: Vec::new(),
             sink_groups: Vec::new(),
             notes: Vec::new(),
+            fingerprints: BTreeMap::new(),
         };
         let Some(root) = root.as_mapping() else {
             self.error(
