@@ -272,6 +272,15 @@ impl FileChannel {
     async fn store(&self, batch: PutBatch) -> Result<(), ChannelError> {
         let n = batch.events.len();
         if n == 0 {
+            // Every event was filtered out: the source's checkpoint moves on all the same, or
+            // a restart would read them again.
+            if let Some(checkpoint) = batch.checkpoint {
+                let (log, source) = (self.0.log()?, batch.source);
+                tokio::task::spawn_blocking(move || log.commit_checkpoint(&source, &checkpoint))
+                    .await
+                    .map_err(|e| self.0.storage_error(e))?
+                    .map_err(|e| self.0.storage_error(e))?;
+            }
             return Ok(());
         }
         let log = self.0.log()?;
@@ -634,6 +643,32 @@ mod tests {
         let tx = ch.take(10, Duration::ZERO).await.unwrap();
         assert_eq!(bodies(&*tx), ["0", "1", "2"]);
         assert_eq!(tx.sequences(), Some(&[1, 2, 3][..]));
+    }
+
+    #[tokio::test]
+    async fn a_put_without_events_still_commits_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ch = channel(dir.path(), "c", 100).await;
+            // On a fresh channel (no segment yet), then after events.
+            ch.put(batch(0..0, Some("filtered-1"))).await.unwrap();
+            let store = StateStore::open(dir.path()).unwrap();
+            assert_eq!(
+                store.load("src").unwrap(),
+                Some(Checkpoint::new(b"filtered-1".to_vec()))
+            );
+            ch.put(batch(0..2, Some("after-1"))).await.unwrap();
+            ch.put(batch(0..0, Some("filtered-2"))).await.unwrap();
+            assert_eq!(
+                store.load("src").unwrap(),
+                Some(Checkpoint::new(b"filtered-2".to_vec()))
+            );
+        }
+        let ch = FileChannel::new("c", &options(100, 100), dir.path().to_owned());
+        ch.start().await.unwrap();
+        assert_eq!(ch.len(), 2, "the events survive the empty commits");
+        let tx = ch.take(10, Duration::ZERO).await.unwrap();
+        assert_eq!(bodies(&*tx), ["0", "1"]);
     }
 
     #[tokio::test]
