@@ -335,6 +335,9 @@ fn help(flume: &str) -> &'static str {
         "EventFilteredCount" => "Events dropped by the source's interceptors",
         "ChannelWriteFail" => "Batches a channel refused (Flume ChannelWriteFail)",
         "EventReadFail" => "Inputs the source could not read as events (Flume EventReadFail)",
+        "EventDroppedCount" => {
+            "Events a source dropped: UDP datagrams while a channel was full, batches that never fit"
+        }
         "OpenConnectionCount" => "Connections open to the source (Flume OpenConnectionCount)",
         "ChannelFullWaitMillis" => "Milliseconds the source waited on full channels",
         "ChannelSize" => "Events in the channel (Flume ChannelSize)",

@@ -610,6 +610,7 @@ impl Builder<'_> {
                     continue;
                 }
             };
+            self.check_positions(&entry, source.as_ref(), &interceptors);
             if let Some(max) = source.max_batch_size() {
                 for channel in &channels {
                     self.check_fits(
@@ -1343,6 +1344,28 @@ impl Builder<'_> {
             }
         }
         out
+    }
+
+    /// A `position` interceptor needs a source that writes positions.
+    fn check_positions(
+        &mut self,
+        entry: &Entry<'_>,
+        source: &dyn Source,
+        interceptors: &[Arc<dyn Interceptor>],
+    ) {
+        if interceptors.iter().any(|i| i.position_header().is_some()) && !source.sets_positions() {
+            let message = format!(
+                "interceptor `position`: a `{}` source cannot tell where an event was read; \
+                 positions come from `taildir`, `spooldir`, `seq` and `kafka` sources",
+                entry.type_name
+            );
+            self.component_error(
+                ComponentKind::Source,
+                entry.name,
+                entry.type_location,
+                message,
+            );
+        }
     }
 }
 

@@ -21,4 +21,12 @@ use crate::event::Event;
 pub trait Interceptor: Send + Sync + 'static {
     /// Returns the batch to put: the same events changed, fewer, or more.
     fn intercept(&self, events: Vec<Event>) -> Vec<Event>;
+
+    /// The header in which this interceptor asks the source to write each event's position
+    /// (a stable id of where it was read), or `None` (the default). Only the `position`
+    /// interceptor asks; the source then finds the name in
+    /// [`SourceContext::position_header`](crate::SourceContext::position_header).
+    fn position_header(&self) -> Option<&str> {
+        None
+    }
 }

@@ -69,6 +69,13 @@ pub trait Source: Send + 'static {
     fn max_batch_size(&self) -> Option<usize> {
         None
     }
+    /// Whether the source writes each event's position into the header named by
+    /// [`SourceContext::position_header`]: a stable id of where the event was read (a file
+    /// and offset, a topic-partition-offset), the same when it is read again after a restart.
+    /// A source that cannot is refused with a `position` interceptor. Default `false`.
+    fn sets_positions(&self) -> bool {
+        false
+    }
     /// Reads and sends events until the input ends or shutdown is signalled.
     async fn run(self: Box<Self>, ctx: SourceContext) -> Result<(), SourceError>;
 }
@@ -82,6 +89,8 @@ struct Inner {
     name: String,
     channels: Vec<Arc<dyn Channel>>,
     interceptors: Vec<Arc<dyn Interceptor>>,
+    /// The header for each event's position, asked for by an interceptor.
+    position_header: Option<String>,
     shutdown: Shutdown,
     resume: Option<Checkpoint>,
     /// Without a tracker: the checkpoint of the last batch every channel committed.
@@ -211,6 +220,9 @@ impl SourceContext {
             full_wait_millis: metrics.counter("ChannelFullWaitMillis"),
             full_channel_warning,
             stall_warned: AtomicBool::new(false),
+            position_header: interceptors
+                .iter()
+                .find_map(|i| i.position_header().map(str::to_owned)),
             name,
             channels,
             interceptors,
@@ -250,6 +262,13 @@ impl SourceContext {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
         }
+    }
+
+    /// The header in which to write each event's position, when the source's interceptors
+    /// ask for one (see [`Source::sets_positions`]); `None` otherwise, and then a source
+    /// spends nothing on positions.
+    pub fn position_header(&self) -> Option<&str> {
+        self.0.position_header.as_deref()
     }
 
     /// The shutdown signal: stop reading when it fires.

@@ -385,8 +385,9 @@ struct Pending {
     event: Event,
 }
 
-/// The record's event: its Kafka headers, then where it was read.
-fn event_of(message: &impl Message) -> Event {
+/// The record's event: its Kafka headers, then where it was read; with `position`, that header
+/// holds `topic-partition-offset`.
+fn event_of(message: &impl Message, position: Option<&str>) -> Event {
     let mut event = headers::event_of(message, true);
     let h = &mut event.headers;
     h.insert("topic".into(), message.topic().to_owned());
@@ -398,6 +399,15 @@ fn event_of(message: &impl Message) -> Event {
     if let Some(key) = message.key() {
         h.insert("key".into(), String::from_utf8_lossy(key).into_owned());
     }
+    if let Some(header) = position {
+        let id = format!(
+            "{}-{}-{}",
+            message.topic(),
+            message.partition(),
+            message.offset()
+        );
+        h.insert(header.to_owned(), id);
+    }
     event
 }
 
@@ -405,6 +415,11 @@ fn event_of(message: &impl Message) -> Event {
 impl Source for KafkaSource {
     fn max_batch_size(&self) -> Option<usize> {
         Some(self.config.batch_size)
+    }
+
+    /// Positions are `topic-partition-offset` of the record.
+    fn sets_positions(&self) -> bool {
+        true
     }
 
     async fn run(self: Box<Self>, ctx: SourceContext) -> Result<(), SourceError> {
@@ -474,7 +489,7 @@ impl Source for KafkaSource {
                                 tp,
                                 assignment,
                                 offset: message.offset(),
-                                event: event_of(&message),
+                                event: event_of(&message, ctx.position_header()),
                             });
                         }
                     }

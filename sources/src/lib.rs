@@ -4,13 +4,18 @@
 //! |-----------|------------------------|--------------------------|
 //! | `seq`     | [`seq`]                | `SequenceGeneratorSource`|
 //! | `netcat`  | [`netcat`]             | `NetcatSource`           |
+//! | `netcat_udp` | [`netcat_udp`]      | `NetcatUdpSource`        |
+//! | `syslog_tcp` | [`syslog`]          | `SyslogTcpSource`        |
+//! | `multiport_syslog_tcp` | [`syslog`] | `MultiportSyslogTCPSource` |
+//! | `syslog_udp` | [`syslog`]          | `SyslogUDPSource`        |
 //! | `exec`    | [`exec`]               | `ExecSource`             |
 //! | `http`    | [`http`]               | `HTTPSource` + `JSONHandler` |
 //! | `stdin`   | [`stdin`]              | (none)                   |
 //! | `taildir` | [`taildir`]            | `TaildirSource`          |
 //! | `spooldir`| [`spooldir`]           | `SpoolDirectorySource`   |
 //!
-//! Interceptors (`timestamp`, `host`, `static`) live in [`interceptors`].
+//! Interceptors (`timestamp`, `host`, `static`, `regex_filter`, `regex_extractor`,
+//! `remove_header`, `search_replace`, `uuid`, `position`) live in [`interceptors`].
 //!
 //! Every source follows the rule of the plugin API: nothing is acknowledged to a client (an
 //! `OK` line, an HTTP 200) before [`SourceContext::send`](ferry_core::SourceContext::send)
@@ -18,6 +23,8 @@
 
 use ferry_core::Registry;
 
+mod datagrams;
+mod datetime;
 pub mod exec;
 #[cfg(unix)]
 mod file_id;
@@ -25,10 +32,12 @@ pub mod http;
 pub mod interceptors;
 mod lines;
 pub mod netcat;
+pub mod netcat_udp;
 pub mod seq;
 #[cfg(unix)]
 pub mod spooldir;
 pub mod stdin;
+pub mod syslog;
 #[cfg(unix)]
 pub mod taildir;
 
@@ -38,6 +47,18 @@ pub fn register(registry: &mut Registry) {
         .register_source("seq", |cfg| Ok(Box::new(seq::SeqSource::build(cfg)?)))
         .register_source("netcat", |cfg| {
             Ok(Box::new(netcat::NetcatSource::build(cfg)?))
+        })
+        .register_source("netcat_udp", |cfg| {
+            Ok(Box::new(netcat_udp::NetcatUdpSource::build(cfg)?))
+        })
+        .register_source("syslog_tcp", |cfg| {
+            Ok(Box::new(syslog::SyslogTcpSource::build(cfg)?))
+        })
+        .register_source("multiport_syslog_tcp", |cfg| {
+            Ok(Box::new(syslog::SyslogTcpSource::build_multiport(cfg)?))
+        })
+        .register_source("syslog_udp", |cfg| {
+            Ok(Box::new(syslog::SyslogUdpSource::build(cfg)?))
         })
         .register_source("exec", |cfg| Ok(Box::new(exec::ExecSource::build(cfg)?)))
         .register_source("http", |cfg| Ok(Box::new(http::HttpSource::build(cfg)?)))
@@ -95,12 +116,32 @@ mod tests {
         assert_eq!(
             registry.type_names(ComponentKind::Source),
             vec![
-                "exec", "http", "netcat", "seq", "spooldir", "stdin", "taildir"
+                "exec",
+                "http",
+                "multiport_syslog_tcp",
+                "netcat",
+                "netcat_udp",
+                "seq",
+                "spooldir",
+                "stdin",
+                "syslog_tcp",
+                "syslog_udp",
+                "taildir"
             ]
         );
         assert_eq!(
             registry.type_names(ComponentKind::Interceptor),
-            vec!["host", "regex_filter", "static", "timestamp"]
+            vec![
+                "host",
+                "position",
+                "regex_extractor",
+                "regex_filter",
+                "remove_header",
+                "search_replace",
+                "static",
+                "timestamp",
+                "uuid"
+            ]
         );
     }
 

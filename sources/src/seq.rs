@@ -71,6 +71,11 @@ impl Source for SeqSource {
         Some(self.batch_size)
     }
 
+    /// The position of an event is its number.
+    fn sets_positions(&self) -> bool {
+        true
+    }
+
     async fn run(self: Box<Self>, ctx: SourceContext) -> Result<(), SourceError> {
         let mut next = resume_from(ctx.checkpoint())?;
         if next > 0 {
@@ -83,7 +88,13 @@ impl Source for SeqSource {
         while next < self.total_events && !ctx.shutdown().is_triggered() {
             let n = (self.total_events - next).min(self.batch_size as u64);
             let events: Vec<Event> = (next..next + n)
-                .map(|i| Event::from_body(i.to_string()))
+                .map(|i| {
+                    let mut event = Event::from_body(i.to_string());
+                    if let Some(key) = ctx.position_header() {
+                        event.headers.insert(key.to_owned(), i.to_string());
+                    }
+                    event
+                })
                 .collect();
             next += n;
             ctx.send(events, Some(Checkpoint::new(next.to_string())))

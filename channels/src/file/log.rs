@@ -334,6 +334,33 @@ impl Log {
             .as_ref()
             .map(|a| segment::segment_path(&self.dir, a.base))
             .unwrap_or_else(|| self.dir.clone());
+        self.commit_written(w, source, checkpoint, &path)?;
+        Ok(first)
+    }
+
+    /// Commits `checkpoint` of `source` with no events (a put whose events were all filtered
+    /// out still moves its source on), in the group commit of the puts appended meanwhile.
+    pub(super) fn commit_checkpoint(
+        &self,
+        source: &str,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), LogError> {
+        let mut w = lock(&self.write);
+        // The commit records the end of the active segment: there must be one.
+        self.make_room(&mut w, 0)?;
+        let dir = self.dir.clone();
+        self.commit_written(w, source, Some(checkpoint), &dir)
+    }
+
+    /// Records `checkpoint` with what was written and waits until a group commit made both
+    /// durable (running it if no other put is).
+    fn commit_written<'a>(
+        &'a self,
+        mut w: MutexGuard<'a, WriteState>,
+        source: &str,
+        checkpoint: Option<&Checkpoint>,
+        path: &Path,
+    ) -> Result<(), LogError> {
         if let Some(checkpoint) = checkpoint {
             match w.checkpoints.iter_mut().find(|(s, _)| s == source) {
                 Some(entry) => entry.1 = checkpoint.clone(),
@@ -344,11 +371,11 @@ impl Log {
         let mine = w.written_gen;
         loop {
             if w.committed_gen >= mine {
-                return Ok(first);
+                return Ok(());
             }
             if w.failed_gen >= mine {
                 return Err(w.failure.clone().unwrap_or_else(|| {
-                    LogError::io(&path, "committing", io::Error::other("commit failed"))
+                    LogError::io(path, "committing", io::Error::other("commit failed"))
                 }));
             }
             if w.syncing {

@@ -374,17 +374,10 @@ impl FileChannel {
             return Ok(());
         }
         let log = self.0.log()?;
-        let shared = Arc::clone(&self.0);
-        tokio::task::spawn_blocking(move || match joint {
-            Some(part) => log.append_joint(None, part).map(|_| ()),
-            None => {
-                let store = shared.state()?;
-                let checkpoint = batch
-                    .checkpoint
-                    .as_ref()
-                    .map(|c| (batch.source.as_str(), c));
-                store.commit_puts(&[], checkpoint).map_err(LogError::from)
-            }
+        tokio::task::spawn_blocking(move || match (joint, &batch.checkpoint) {
+            (Some(part), _) => log.append_joint(None, part).map(|_| ()),
+            (None, Some(checkpoint)) => log.commit_checkpoint(&batch.source, checkpoint),
+            (None, None) => Ok(()),
         })
         .await
         .map_err(|e| self.0.storage_error(e))?
@@ -801,6 +794,32 @@ mod tests {
         assert_eq!(ctx.checkpoint(), Some(&Checkpoint::new(b"8".to_vec())));
         assert_eq!(drain(&even).await, ["0", "2", "4"]);
         assert_eq!(drain(&odd).await, ["1", "3", "5", "7"]);
+    }
+
+    #[tokio::test]
+    async fn a_put_without_events_still_commits_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ch = channel(dir.path(), "c", 100).await;
+            // On a fresh channel (no segment yet), then after events.
+            ch.put(batch(0..0, Some("filtered-1"))).await.unwrap();
+            let store = StateStore::open(dir.path()).unwrap();
+            assert_eq!(
+                store.load("src").unwrap(),
+                Some(Checkpoint::new(b"filtered-1".to_vec()))
+            );
+            ch.put(batch(0..2, Some("after-1"))).await.unwrap();
+            ch.put(batch(0..0, Some("filtered-2"))).await.unwrap();
+            assert_eq!(
+                store.load("src").unwrap(),
+                Some(Checkpoint::new(b"filtered-2".to_vec()))
+            );
+        }
+        let ch = FileChannel::new("c", &options(100, 100), dir.path().to_owned());
+        ch.start().await.unwrap();
+        assert_eq!(ch.len(), 2, "the events survive the empty commits");
+        let tx = ch.take(10, Duration::ZERO).await.unwrap();
+        assert_eq!(bodies(&*tx), ["0", "1"]);
     }
 
     #[tokio::test]

@@ -7,22 +7,37 @@
 //! | `host`         | `HostInterceptor`            | `host` header: IP or host name    |
 //! | `static`       | `StaticInterceptor`          | a fixed header key and value      |
 //! | `regex_filter` | `RegexFilteringInterceptor`  | keeps or drops events by body     |
+//! | `remove_header`| `RemoveHeaderInterceptor`    | removes headers by name or regex  |
+//! | `uuid`         | `UUIDInterceptor`            | a random UUID header              |
+//! | `search_replace`| `SearchAndReplaceInterceptor`| rewrites bodies by regex         |
+//! | `regex_extractor`| `RegexExtractorInterceptor`| headers from regex groups of the body |
+//! | `position`     | (none)                       | a stable id of where the event was read |
 
 use std::sync::Arc;
 
 use ferry_core::{Event, Headers, Registry};
 
 pub mod host;
+pub mod position;
+pub mod regex_extractor;
 pub mod regex_filter;
+pub mod remove_header;
+pub mod search_replace;
 pub mod static_header;
 pub mod timestamp;
+pub mod uuid;
 
 pub use host::HostInterceptor;
+pub use position::PositionInterceptor;
+pub use regex_extractor::RegexExtractorInterceptor;
 pub use regex_filter::RegexFilterInterceptor;
+pub use remove_header::RemoveHeaderInterceptor;
+pub use search_replace::SearchReplaceInterceptor;
 pub use static_header::StaticInterceptor;
 pub use timestamp::TimestampInterceptor;
+pub use uuid::UuidInterceptor;
 
-/// Registers `timestamp`, `host`, `static` and `regex_filter`.
+/// Registers every built-in interceptor under its type name.
 pub fn register(registry: &mut Registry) {
     registry
         .register_interceptor("timestamp", |cfg| {
@@ -32,15 +47,44 @@ pub fn register(registry: &mut Registry) {
         .register_interceptor("static", |cfg| Ok(Arc::new(StaticInterceptor::build(cfg)?)))
         .register_interceptor("regex_filter", |cfg| {
             Ok(Arc::new(RegexFilterInterceptor::build(cfg)?))
+        })
+        .register_interceptor("remove_header", |cfg| {
+            Ok(Arc::new(RemoveHeaderInterceptor::build(cfg)?))
+        })
+        .register_interceptor("uuid", |cfg| Ok(Arc::new(UuidInterceptor::build(cfg)?)))
+        .register_interceptor("search_replace", |cfg| {
+            Ok(Arc::new(SearchReplaceInterceptor::build(cfg)?))
+        })
+        .register_interceptor("regex_extractor", |cfg| {
+            Ok(Arc::new(RegexExtractorInterceptor::build(cfg)?))
+        })
+        .register_interceptor("position", |cfg| {
+            Ok(Arc::new(PositionInterceptor::build(cfg)?))
         });
 }
 
 /// Sets header `key` to `value` on every event; with `preserve_existing`, events that already
 /// have the header keep theirs.
+fn set_header(events: &mut [Event], key: &str, value: &str, preserve_existing: bool) {
+    edit_headers(
+        events,
+        |headers| !(preserve_existing && headers.contains_key(key)),
+        |headers| {
+            headers.insert(key.to_owned(), value.to_owned());
+        },
+    );
+}
+
+/// Applies `edit` to the headers of every event for which `applies` says so.
 ///
 /// Events that share their headers (all the lines of one tailed file do) get one new map
-/// between them: one copy per run of such events, not one per event.
-fn set_header(events: &mut [Event], key: &str, value: &str, preserve_existing: bool) {
+/// between them: one copy per run of such events, not one per event. An event `applies`
+/// refuses is not copied at all.
+fn edit_headers(
+    events: &mut [Event],
+    applies: impl Fn(&Headers) -> bool,
+    mut edit: impl FnMut(&mut Headers),
+) {
     let mut last: Option<(Headers, Headers)> = None;
     for event in events {
         if let Some((before, after)) = &last
@@ -50,8 +94,8 @@ fn set_header(events: &mut [Event], key: &str, value: &str, preserve_existing: b
             continue;
         }
         let before = event.headers.is_shared().then(|| event.headers.clone());
-        if !(preserve_existing && event.headers.contains_key(key)) {
-            event.headers.insert(key.to_owned(), value.to_owned());
+        if applies(&event.headers) {
+            edit(&mut event.headers);
         }
         last = before.map(|before| (before, event.headers.clone()));
     }

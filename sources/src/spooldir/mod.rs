@@ -154,7 +154,12 @@ impl SpooldirSource {
                 state.current = None;
             }
             if !lines.is_empty() || changed.is_some() {
-                let events = to_events(lines, &headers);
+                // A spooled file never changes: its inode and fingerprint name it for good.
+                let position = ctx.position_header().map(|key| {
+                    let id = format!("{}-{:08x}", returned.key.inode, returned.fingerprint.crc);
+                    (key, id)
+                });
+                let events = to_events(lines, &headers, position);
                 ctx.send(events, Some(state.encode())).await?;
             }
             if returned.at_end {
@@ -207,10 +212,24 @@ fn report(ctx: &SourceContext, file: &std::path::Path, reason: &str) {
     );
 }
 
-fn to_events(lines: Vec<Bytes>, headers: &Headers) -> Vec<Event> {
+/// The events of `lines`, with `position` (header key and file id) if asked for:
+/// `inode-fingerprint-offset`.
+fn to_events(
+    lines: Vec<(u64, Bytes)>,
+    headers: &Headers,
+    position: Option<(&str, String)>,
+) -> Vec<Event> {
     lines
         .into_iter()
-        .map(|line| Event::new(headers.clone(), line))
+        .map(|(offset, line)| {
+            let mut event = Event::new(headers.clone(), line);
+            if let Some((key, file)) = &position {
+                event
+                    .headers
+                    .insert((*key).to_owned(), format!("{file}-{offset}"));
+            }
+            event
+        })
         .collect()
 }
 
@@ -227,6 +246,11 @@ async fn blocking<T: Send + 'static, R: Send + 'static>(
 impl Source for SpooldirSource {
     fn max_batch_size(&self) -> Option<usize> {
         Some(self.config.batch_size)
+    }
+
+    /// Positions are `inode-fingerprint-offset` of the line.
+    fn sets_positions(&self) -> bool {
+        true
     }
 
     async fn run(self: Box<Self>, ctx: SourceContext) -> Result<(), SourceError> {

@@ -235,25 +235,30 @@ impl SpoolFile {
         }
     }
 
-    /// Takes up to `max` lines (line endings removed; longer than `max_length`, in pieces);
-    /// at the end of the file, a last line without `\n` is taken too. Reads are 64 KiB.
-    pub(crate) fn next_lines(&mut self, max: usize, max_length: usize) -> io::Result<Vec<Bytes>> {
+    /// Takes up to `max` lines (line endings removed; longer than `max_length`, in pieces),
+    /// each with the offset it starts at; at the end of the file, a last line without `\n`
+    /// is taken too. Reads are 64 KiB.
+    pub(crate) fn next_lines(
+        &mut self,
+        max: usize,
+        max_length: usize,
+    ) -> io::Result<Vec<(u64, Bytes)>> {
         let mut lines = Vec::with_capacity(max);
         while lines.len() < max {
             if let Some((line, size)) = self.lines.next_line_within(max_length) {
+                lines.push((self.offset, line));
                 self.offset += size as u64;
-                lines.push(line);
                 continue;
             }
             if self.lines.fill_from(&mut self.handle)? > 0 {
                 continue;
             }
             if let Some((mut line, size)) = self.lines.take_partial() {
-                self.offset += size as u64;
                 if line.last() == Some(&b'\r') {
                     line.truncate(line.len() - 1);
                 }
-                lines.push(line);
+                lines.push((self.offset, line));
+                self.offset += size as u64;
             }
             self.at_end = true;
             break;

@@ -251,6 +251,11 @@ impl Source for TaildirSource {
         Some(self.config.batch_size)
     }
 
+    /// Positions are `inode-headcrc-offset` (see `TailedFile::position`).
+    fn sets_positions(&self) -> bool {
+        true
+    }
+
     async fn run(self: Box<Self>, ctx: SourceContext) -> Result<(), SourceError> {
         let (restored, flume) = self.resume_positions(&ctx)?;
         let capacity = self
@@ -266,6 +271,7 @@ impl Source for TaildirSource {
                 .file_header
                 .then(|| self.config.file_header_key.clone()),
             byte_offset_header: self.config.byte_offset_header,
+            position_header: ctx.position_header().map(str::to_owned),
             multiline: self.multiline.clone(),
             partial_line_flush: self.config.partial_line_flush,
             max_line_length: usize::try_from(self.config.max_line_length.bytes())

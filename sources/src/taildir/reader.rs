@@ -23,7 +23,7 @@ use bytes::Bytes;
 use ferry_core::{Event, Headers};
 
 use super::config::{Joining, Multiline};
-use crate::file_id::{FileKey, Fingerprint};
+use crate::file_id::{FINGERPRINT_LEN, FileKey, Fingerprint, read_range};
 use crate::lines::LineBuffer;
 
 /// How lines become events: the options that apply to every file.
@@ -32,6 +32,8 @@ pub(crate) struct EventOptions {
     /// Header key of the file's path, if `file_header` is on.
     pub(crate) file_header_key: Option<String>,
     pub(crate) byte_offset_header: bool,
+    /// Header key of each event's position, if a `position` interceptor asks for it.
+    pub(crate) position_header: Option<String>,
     pub(crate) multiline: Option<Multiline>,
     pub(crate) partial_line_flush: Option<Duration>,
     /// Lines longer than this come in pieces.
@@ -65,10 +67,14 @@ impl<'a> Batch<'a> {
         self.events.len() >= self.capacity
     }
 
-    /// Adds an event with the file's `headers`, and its `byteoffset` if configured.
-    fn push(&mut self, mut headers: Headers, body: Bytes, offset: u64) {
+    /// Adds an event with the file's `headers`, its `byteoffset` and its position if
+    /// configured.
+    fn push(&mut self, mut headers: Headers, body: Bytes, offset: u64, position: Option<String>) {
         if self.options.byte_offset_header {
             headers.insert("byteoffset".into(), offset.to_string());
+        }
+        if let (Some(key), Some(position)) = (&self.options.position_header, position) {
+            headers.insert(key.clone(), position);
         }
         self.events.push(Event::new(headers, body));
     }
@@ -93,6 +99,8 @@ pub(crate) struct TailedFile {
     /// The headers every event of the file gets (group headers, path), made at its first
     /// event and again after a rename, so an event costs one clone of them.
     headers: Option<Headers>,
+    /// The last CRC-32C of the file's first bytes made for a position: bytes covered, CRC.
+    head_crc: Option<(u64, u32)>,
     /// Index of the file group it belongs to.
     pub(crate) group: usize,
     /// Just after the last line of the last event made: where a restart resumes.
@@ -135,6 +143,7 @@ impl TailedFile {
             fingerprint,
             path,
             headers: None,
+            head_crc: None,
             group,
             committed: offset,
             consumed: offset,
@@ -206,6 +215,7 @@ impl TailedFile {
             handle.seek(SeekFrom::Start(0))?;
         }
         self.fingerprint = fingerprint;
+        self.head_crc = None;
         self.committed = 0;
         self.consumed = 0;
         self.lines.clear();
@@ -285,12 +295,36 @@ impl TailedFile {
         self.joined.is_none() && self.lines.len() == 0
     }
 
+    /// The position of the event of bytes `start..end`: inode, CRC-32C of the file's first
+    /// bytes up to `end` (at most 1 KiB; bytes that cannot change once the event was read, so
+    /// the same line read again after a restart gets the same position) and `start`.
+    fn position(&mut self, options: &EventOptions, start: u64, end: u64) -> Option<String> {
+        options.position_header.as_ref()?;
+        let len = end.min(FINGERPRINT_LEN);
+        let crc = match self.head_crc {
+            Some((covered, crc)) if covered == len => crc,
+            _ if self.fingerprint.len == len => self.fingerprint.crc,
+            _ => {
+                // Only the events of a file's first KiB need a read of their own.
+                let head = self.handle.as_ref().map(|file| read_range(file, 0, len));
+                match head {
+                    Some(Ok(head)) if head.len() as u64 == len => crc32c::crc32c(&head),
+                    // Not readable any more: the fingerprint is the best there is.
+                    _ => self.fingerprint.crc,
+                }
+            }
+        };
+        self.head_crc = Some((len, crc));
+        Some(format!("{}-{crc:08x}-{start}", self.key.inode))
+    }
+
     fn push_line(&mut self, batch: &mut Batch<'_>, line: Bytes, start: u64) {
         let end = self.consumed;
         let options = batch.options;
         let Some(multiline) = &options.multiline else {
             let headers = self.headers(batch);
-            batch.push(headers, line, start);
+            let position = self.position(options, start, end);
+            batch.push(headers, line, start, position);
             self.committed = end;
             return;
         };
@@ -326,7 +360,8 @@ impl TailedFile {
     fn send_joined(&mut self, batch: &mut Batch<'_>) {
         if let Some(joined) = self.joined.take() {
             let headers = self.headers(batch);
-            batch.push(headers, Bytes::from(joined.body), joined.start);
+            let position = self.position(batch.options, joined.start, joined.end);
+            batch.push(headers, Bytes::from(joined.body), joined.start, position);
             self.committed = joined.end;
         }
     }
