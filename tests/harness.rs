@@ -114,10 +114,16 @@ impl Agent {
     pub fn start_with(dir: &Path, config: &str, env: &[(&str, &str)]) -> Agent {
         let file = dir.join("pipeline.yaml");
         fs::write(&file, config).unwrap();
+        Self::run_args(dir, &[file.as_os_str()], env)
+    }
+
+    /// Runs `agent run ARGS...` with `dir` as working directory and extra environment
+    /// variables; its standard error goes to `dir/agent.log`.
+    pub fn run_args(dir: &Path, args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> Agent {
         let log = dir.join("agent.log");
         let child = Command::new(env!("CARGO_BIN_EXE_agent"))
             .arg("run")
-            .arg(&file)
+            .args(args)
             .current_dir(dir)
             .envs(env.iter().copied())
             .stdin(Stdio::null())

@@ -282,19 +282,31 @@ fn run(file: &PipelineArgs, registry: Registry) -> ExitCode {
 }
 
 /// Prints the YAML of a Flume file's agent once it validates; the notes go to standard
-/// error.
+/// error. A file whose values name environment variables that are not set here is converted
+/// without that check (it is made by `validate` and `run` where they are set).
 fn convert(file: &PipelineArgs, registry: &Registry) -> ExitCode {
     let path = file.path();
+    let mut unset = Vec::new();
     let converted = flume::read(path).and_then(|text| {
         let agent = flume::agent_name(path, &text, file.name.as_deref())?;
         let conversion = flume::convert(path, &text, &agent)?;
-        flume::load(path, &agent, registry)?;
+        unset = flume::unset_variables(&conversion.yaml);
+        if unset.is_empty() {
+            flume::load(path, &agent, registry)?;
+        }
         Ok(conversion)
     });
     match converted {
         Ok(conversion) => {
             for note in &conversion.notes {
                 eprintln!("warning: {}", note.display(path));
+            }
+            if !unset.is_empty() {
+                eprintln!(
+                    "warning: {}: not validated, since these environment variables are not set: {}; `agent validate` checks the YAML where they are",
+                    path.display(),
+                    unset.join(", ")
+                );
             }
             print!("{}", conversion.yaml);
             ExitCode::SUCCESS

@@ -241,7 +241,7 @@ impl Converter<'_> {
                 root.insert(section, Node::map(out, list_line));
             }
         }
-        if root.get_mut("sources").is_none() && root.get_mut("sinks").is_none() {
+        if !lists.contains_key("sources") && !lists.contains_key("sinks") {
             self.error(
                 None,
                 None,

@@ -182,6 +182,23 @@ pub fn load(
     }
 }
 
+/// The environment variables that `${NAME}` references in `text` name and that are not set
+/// (`$${` is a literal `${`).
+pub fn unset_variables(text: &str) -> Vec<String> {
+    let mut unset = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        let escaped = at > 0 && rest[..at].ends_with('$');
+        rest = &rest[at + 2..];
+        let Some(end) = rest.find('}') else { break };
+        let name = &rest[..end];
+        if !escaped && std::env::var_os(name).is_none() && !unset.iter().any(|n| n == name) {
+            unset.push(name.to_owned());
+        }
+    }
+    unset
+}
+
 /// The text of the Flume file at `path`.
 pub fn read(path: &Path) -> Result<String, Problems> {
     std::fs::read_to_string(path).map_err(|e| Problems {
