@@ -444,9 +444,9 @@ fn syslog_to_file_runs_unchanged_and_as_converted() {
         );
         let mut stream = stream.unwrap();
         for i in 0..20 {
-            write!(
+            writeln!(
                 stream,
-                "<13>Feb  5 17:32:18 web1 app[42]: request {i} served\n"
+                "<13>Feb  5 17:32:18 web1 app[42]: request {i} served"
             )
             .unwrap();
         }

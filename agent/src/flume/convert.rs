@@ -743,9 +743,7 @@ impl Converter<'_> {
                 }
             }
             // Replicating to every channel, none optional, is what a source does without one.
-            if map.get_mut("optional").is_none() {
-                return None;
-            }
+            map.get_mut("optional")?;
         } else if is(MULTIPLEXING) {
             map.insert("type", Node::plain("multiplexing", line));
             // Flume's default header name.

@@ -137,7 +137,7 @@ pub(crate) fn write(header: &[String], map: &Map) -> Written {
         lines: Vec::new(),
     };
     for line in header {
-        out.line(&format!("# {line}").trim_end().to_owned(), None);
+        out.line(format!("# {line}").trim_end(), None);
     }
     write_map(&mut out, map, 0);
     out
