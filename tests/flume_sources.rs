@@ -111,7 +111,7 @@ fn every_interceptor_option_shapes_the_events() {
       - {{ type: static, key: drop_me, value: '1' }}
       - {{ type: static, key: x-trace, value: t }}
       - {{ type: static, key: also, value: a }}
-      - {{ type: remove_header, with_name: drop_me, from_list: 'file ; also', from_list_separator: '\\s*;\\s*', matching: 'x-.*' }}
+      - {{ type: remove_header, with_name: drop_me, from_list: 'file ; also', list_separator: '\\s*;\\s*', matching: 'x-.*' }}
       - {{ type: uuid, header_name: eid, prefix: 'web-', preserve_existing: true }}
       - {{ type: search_replace, search_pattern: 'password=\\S+', replace_string: 'password=***', charset: UTF-8 }}
       - {{ type: search_replace, search_pattern: '(\\d{{4}})-(\\d{{4}})', replace_string: '$2-$1' }}

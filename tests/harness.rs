@@ -123,10 +123,17 @@ impl Agent {
     fn start_full(dir: &Path, config: &str, env: &[(&str, &str)], args: &[&str]) -> Agent {
         let file = dir.join("pipeline.yaml");
         fs::write(&file, config).unwrap();
+        let mut all = vec![file.as_os_str()];
+        all.extend(args.iter().map(std::ffi::OsStr::new));
+        Self::run_args(dir, &all, env)
+    }
+
+    /// Runs `agent run ARGS...` with `dir` as working directory and extra environment
+    /// variables; its standard error goes to `dir/agent.log`.
+    pub fn run_args(dir: &Path, args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> Agent {
         let log = dir.join("agent.log");
         let child = Command::new(env!("CARGO_BIN_EXE_agent"))
             .arg("run")
-            .arg(&file)
             .args(args)
             .current_dir(dir)
             .envs(env.iter().copied())

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use ferry_core::{Registry, Shutdown};
 
+pub mod flume;
 pub mod http;
 pub mod pipeline;
 mod reload;
@@ -60,19 +61,31 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Runs the pipelines of a YAML file until SIGINT/SIGTERM (a second signal exits at once).
+    /// Runs the pipelines of a YAML file, or an agent of a Flume file, until SIGINT/SIGTERM (a
+    /// second signal exits at once).
     Run {
-        /// The pipeline file.
-        file: PathBuf,
+        #[command(flatten)]
+        file: PipelineArgs,
         /// Do not reload the file when it changes or on SIGHUP.
         #[arg(long)]
         no_watch: bool,
     },
-    /// Checks pipeline files and reports every problem; exits 2 if there is any.
+    /// Checks pipeline files (YAML or Flume) and reports every problem; exits 2 if there is
+    /// any.
     Validate {
         /// The pipeline files.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// The agent to take from Flume files (as flume-ng's `--name`); names the files as
+        /// Flume files whatever their extension.
+        #[arg(short = 'n', long)]
+        name: Option<String>,
+    },
+    /// Prints the pipeline YAML of an agent of a Flume file, checked as `validate` checks it;
+    /// exits 2, printing the problems, if the file cannot run.
+    Convert {
+        #[command(flatten)]
+        file: PipelineArgs,
     },
     /// Runs the bundled Kafka-compatible broker alone, until SIGINT/SIGTERM.
     Broker {
@@ -112,13 +125,82 @@ enum Command {
     },
 }
 
+/// The pipeline file of `run` and `convert`: YAML, or a Flume file (by `--name`, the
+/// extension `.properties` or `.conf`, or its content) and the agent to take from it.
+#[derive(clap::Args)]
+struct PipelineArgs {
+    /// The pipeline file.
+    #[arg(required_unless_present = "conf_file", conflicts_with = "conf_file")]
+    file: Option<PathBuf>,
+    /// The pipeline file, in flume-ng's spelling.
+    #[arg(short = 'f', long = "conf-file", value_name = "FILE")]
+    conf_file: Option<PathBuf>,
+    /// The agent to take from a Flume file (as flume-ng's `--name`); needed when the file
+    /// holds several.
+    #[arg(short = 'n', long)]
+    name: Option<String>,
+}
+
+impl PipelineArgs {
+    fn path(&self) -> &Path {
+        match (&self.file, &self.conf_file) {
+            (Some(file), _) | (None, Some(file)) => file,
+            // clap requires one of them.
+            (None, None) => Path::new(""),
+        }
+    }
+}
+
+/// A pipeline file to load: YAML, or a Flume file and its agent.
+enum PipelineFile<'a> {
+    Yaml(&'a Path),
+    Flume { path: &'a Path, agent: String },
+}
+
+impl<'a> PipelineFile<'a> {
+    /// Decides what `path` is: a Flume file when `name` is given or it looks like one.
+    fn of(path: &'a Path, name: Option<&str>) -> Result<Self, String> {
+        let looks_flume = name.is_some()
+            || std::fs::read_to_string(path).is_ok_and(|text| flume::is_flume_file(path, &text));
+        if !looks_flume {
+            return Ok(Self::Yaml(path));
+        }
+        let text = flume::read(path).map_err(|p| p.to_string())?;
+        let agent = flume::agent_name(path, &text, name).map_err(|p| p.to_string())?;
+        Ok(Self::Flume { path, agent })
+    }
+
+    /// The topology and, for a Flume file, the notes about it (each `file:line: ...`).
+    fn load(&self, registry: &Registry) -> Result<(topology::Topology, Vec<String>), String> {
+        match self {
+            Self::Yaml(path) => topology::load(path, registry)
+                .map(|t| {
+                    let notes = t
+                        .notes
+                        .iter()
+                        .map(|n| format!("{}:{n}", path.display()))
+                        .collect();
+                    (t, notes)
+                })
+                .map_err(|p| p.to_string()),
+            Self::Flume { path, agent } => flume::load(path, agent, registry)
+                .map(|(t, notes)| {
+                    let notes = notes.iter().map(|n| n.display(path).to_string()).collect();
+                    (t, notes)
+                })
+                .map_err(|p| p.to_string()),
+        }
+    }
+}
+
 /// Parses the command line and runs the agent with the component types of `registry`.
 pub fn main_with(registry: Registry) -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
-        Command::Validate { files } => validate(&files, &registry),
+        Command::Validate { files, name } => validate(&files, name.as_deref(), &registry),
         Command::Run { file, no_watch } => run(&file, registry, !no_watch),
+        Command::Convert { file } => convert(&file, &registry),
         Command::Broker { config } => broker(config.as_deref()),
         Command::Topics(args) => tool(tools::topics::run(args)),
         Command::Groups(args) => tool(tools::groups::run(args)),
@@ -172,13 +254,13 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn validate(files: &[PathBuf], registry: &Registry) -> ExitCode {
+fn validate(files: &[PathBuf], name: Option<&str>, registry: &Registry) -> ExitCode {
     let mut ok = true;
     for file in files {
-        match topology::load(file, registry) {
-            Ok(topology) => {
-                for note in &topology.notes {
-                    eprintln!("{}:{note}", file.display());
+        match PipelineFile::of(file, name).and_then(|p| p.load(registry)) {
+            Ok((_, notes)) => {
+                for note in notes {
+                    eprintln!("warning: {note}");
                 }
                 println!("{}: ok", file.display());
             }
@@ -195,34 +277,78 @@ fn validate(files: &[PathBuf], registry: &Registry) -> ExitCode {
     }
 }
 
-fn run(file: &Path, registry: Registry, watch: bool) -> ExitCode {
-    let topology = match topology::load(file, &registry) {
-        Ok(topology) => topology,
+fn run(file: &PipelineArgs, registry: Registry, watch: bool) -> ExitCode {
+    let loaded =
+        PipelineFile::of(file.path(), file.name.as_deref()).and_then(|p| p.load(&registry));
+    let topology = match loaded {
+        Ok((topology, notes)) => {
+            for note in notes {
+                tracing::warn!("{note}");
+            }
+            topology
+        }
         Err(problems) => {
             eprintln!("{problems}");
             return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
     let registry = std::sync::Arc::new(registry);
+    let path = file.path().to_owned();
+    let name = file.name.clone();
     until_stopped(|stop| async move {
-        for note in &topology.notes {
-            tracing::warn!(file = %file.display(), "{note}");
-        }
         let reloads = if watch {
-            let path = file.to_owned();
+            let watched = path.clone();
             let loader: pipeline::Loader = std::sync::Arc::new(move || {
-                let topology = topology::load(&path, &registry)?;
-                for note in &topology.notes {
-                    tracing::warn!(file = %path.display(), "{note}");
+                let (topology, notes) =
+                    PipelineFile::of(&watched, name.as_deref()).and_then(|p| p.load(&registry))?;
+                for note in notes {
+                    tracing::warn!("{note}");
                 }
                 Ok(topology)
             });
-            Some(reload::watch(file, loader)?)
+            Some(reload::watch(&path, loader)?)
         } else {
             None
         };
         runtime::run_reloading(topology, stop, reloads).await
     })
+}
+
+/// Prints the YAML of a Flume file's agent once it validates; the notes go to standard
+/// error. A file whose values name environment variables that are not set here is converted
+/// without that check (it is made by `validate` and `run` where they are set).
+fn convert(file: &PipelineArgs, registry: &Registry) -> ExitCode {
+    let path = file.path();
+    let mut unset = Vec::new();
+    let converted = flume::read(path).and_then(|text| {
+        let agent = flume::agent_name(path, &text, file.name.as_deref())?;
+        let conversion = flume::convert(path, &text, &agent)?;
+        unset = flume::unset_variables(&conversion.yaml);
+        if unset.is_empty() {
+            flume::load(path, &agent, registry)?;
+        }
+        Ok(conversion)
+    });
+    match converted {
+        Ok(conversion) => {
+            for note in &conversion.notes {
+                eprintln!("warning: {}", note.display(path));
+            }
+            if !unset.is_empty() {
+                eprintln!(
+                    "warning: {}: not validated, since these environment variables are not set: {}; `agent validate` checks the YAML where they are",
+                    path.display(),
+                    unset.join(", ")
+                );
+            }
+            print!("{}", conversion.yaml);
+            ExitCode::SUCCESS
+        }
+        Err(problems) => {
+            eprintln!("{problems}");
+            ExitCode::from(EXIT_BAD_CONFIG)
+        }
+    }
 }
 
 fn broker(file: Option<&Path>) -> ExitCode {

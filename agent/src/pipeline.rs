@@ -33,10 +33,11 @@ use tracing::{error, info, warn};
 
 use crate::http::PipelineMetrics;
 use crate::runtime::{run_sink, run_sink_group, run_source};
-use crate::topology::{Problems, SinkGroupSpec, SinkSpec, SourceSpec, Topology};
+use crate::topology::{SinkGroupSpec, SinkSpec, SourceSpec, Topology};
 
-/// Loads the pipeline file again, for a reload.
-pub type Loader = Arc<dyn Fn() -> Result<Topology, Problems> + Send + Sync>;
+/// Loads the pipeline file again, for a reload; the problems of a refused version as text,
+/// one per line.
+pub type Loader = Arc<dyn Fn() -> Result<Topology, String> + Send + Sync>;
 
 /// What reloads a running pipeline: how to load the file again, and the requests to do it
 /// (a change of the file, a SIGHUP), each with why.
@@ -302,7 +303,7 @@ impl Pipeline {
         let new = match loaded {
             Ok(Ok(topology)) => topology,
             Ok(Err(problems)) => {
-                for line in problems.to_string().lines() {
+                for line in problems.lines() {
                     error!("{line}");
                 }
                 warn!(reason = %why, "the changed pipeline file has problems; it is not applied and the pipeline runs on unchanged");

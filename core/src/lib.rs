@@ -32,6 +32,7 @@ pub mod config;
 pub mod event;
 pub mod interceptor;
 pub mod metrics;
+pub mod properties;
 pub mod registry;
 pub mod selector;
 pub mod shutdown;

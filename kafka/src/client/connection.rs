@@ -37,6 +37,26 @@ impl Role {
         }
     }
 
+    /// The connection option a Flume property of this role sets: `kafka.bootstrap.servers`
+    /// gives `bootstrap_servers`, and a security property under the role's prefix its option
+    /// (`kafka.producer.security.protocol` gives `security_protocol` for the sink).
+    ///
+    /// ```
+    /// use ferry_kafka::client::Role;
+    /// assert_eq!(Role::Sink.option_of_flume_key("kafka.producer.sasl.mechanism"), Some("sasl_mechanism"));
+    /// assert_eq!(Role::Source.option_of_flume_key("kafka.producer.sasl.mechanism"), None);
+    /// assert_eq!(Role::Channel.option_of_flume_key("kafka.bootstrap.servers"), Some("bootstrap_servers"));
+    /// ```
+    pub fn option_of_flume_key(self, key: &str) -> Option<&'static str> {
+        if key == "kafka.bootstrap.servers" {
+            return Some("bootstrap_servers");
+        }
+        self.flume_prefixes()
+            .iter()
+            .find_map(|prefix| key.strip_prefix(prefix))
+            .and_then(option_of_property)
+    }
+
     /// The Kafka property an option key names, when it is written the Flume way or as the
     /// snake_case of a property (`ssl_truststore_location`).
     fn property_of_key(self, key: &str) -> String {
@@ -81,16 +101,7 @@ impl Connection {
                 return Err(cfg.error_at(key, format!("`{key}` {why}")));
             }
         }
-        let alias = |key: &str| {
-            if key == "kafka.bootstrap.servers" {
-                return Some("bootstrap_servers");
-            }
-            role.flume_prefixes()
-                .iter()
-                .find_map(|prefix| key.strip_prefix(prefix))
-                .and_then(option_of_property)
-        };
-        let (shared, own) = cfg.split_off(&NAMES, alias)?;
+        let (shared, own) = cfg.split_off(&NAMES, |key| role.option_of_flume_key(key))?;
         let options: SecurityOptions = shared.parse()?;
         let bootstrap_servers = options.bootstrap_servers.clone().unwrap_or_default();
         if bootstrap_servers.trim().is_empty() {

@@ -2,10 +2,7 @@
 //! `--producer.config`, `--consumer.config`): Java `.properties` syntax, Kafka client property
 //! names.
 //!
-//! Syntax (`java.util.Properties`): one `key=value` or `key: value` (or `key value`) a line;
-//! lines whose first non-blank character is `#` or `!` are comments; a line ending in an odd
-//! number of `\` continues on the next (whose leading blanks are dropped); `\t`, `\n`, `\r`,
-//! `\f`, `\uXXXX` and `\` before any other character are escapes. Keys and values are trimmed.
+//! Syntax: [`ferry_core::properties`] (`java.util.Properties`, with the line of each key).
 //!
 //! Keys: the security properties of [`super::security`] are checked as the agent's options
 //! are; `sasl.jaas.config` with Kafka's `PlainLoginModule` or `ScramLoginModule` gives
@@ -15,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
+use ferry_core::properties::Property;
 use rdkafka::ClientConfig;
 
 use super::security::{
@@ -64,7 +62,7 @@ impl ClientProperties {
         let mut lines: Vec<(&'static str, usize)> = Vec::new();
         let mut other = Vec::new();
         for Property { key, value, line } in
-            parse_properties(text).map_err(|(line, message)| error(Some(line), message))?
+            ferry_core::properties::parse(text).map_err(|e| error(Some(e.line), e.message))?
         {
             if let Some(why) = java_only(&key) {
                 return Err(error(Some(line), format!("`{key}` {why}")));
@@ -152,102 +150,6 @@ fn set_option(options: &mut SecurityOptions, option: &str, value: String) {
             "option {option} has no property"
         ),
     }
-}
-
-/// One `key=value` and the line it starts on.
-#[derive(Debug, PartialEq, Eq)]
-struct Property {
-    key: String,
-    value: String,
-    line: usize,
-}
-
-/// The properties of `text`, in order (a key may repeat: the last one counts); an error is
-/// the line and what is wrong.
-fn parse_properties(text: &str) -> Result<Vec<Property>, (usize, String)> {
-    let mut properties = Vec::new();
-    let mut natural = text.lines().enumerate().map(|(i, l)| (i + 1, l));
-    while let Some((line, first)) = natural.next() {
-        let first = first.trim_start();
-        if first.is_empty() || first.starts_with('#') || first.starts_with('!') {
-            continue;
-        }
-        // Join continuation lines: an odd number of trailing backslashes.
-        let mut logical = String::new();
-        let mut part = first;
-        loop {
-            let trailing = part.len() - part.trim_end_matches('\\').len();
-            if trailing % 2 == 1 {
-                logical.push_str(&part[..part.len() - 1]);
-                match natural.next() {
-                    Some((_, next)) => part = next.trim_start(),
-                    None => break,
-                }
-            } else {
-                logical.push_str(part);
-                break;
-            }
-        }
-        let (key, value) = split_key_value(&logical);
-        let key = unescape(key).map_err(|e| (line, e))?;
-        let value = unescape(value).map_err(|e| (line, e))?;
-        let (key, value) = (key.trim().to_owned(), value.trim().to_owned());
-        if key.is_empty() {
-            return Err((line, "a value without a key".into()));
-        }
-        properties.push(Property { key, value, line });
-    }
-    Ok(properties)
-}
-
-/// Splits a logical line at the first unescaped `=`, `:` or blank (blanks around one `=` or
-/// `:` belong to neither side).
-fn split_key_value(line: &str) -> (&str, &str) {
-    let bytes = line.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' => i += 2,
-            b'=' | b':' | b' ' | b'\t' | b'\x0c' => break,
-            _ => i += 1,
-        }
-    }
-    let i = i.min(line.len());
-    let key = &line[..i];
-    let mut rest = line[i..].trim_start_matches([' ', '\t', '\x0c']);
-    if let Some(after) = rest.strip_prefix(['=', ':']) {
-        rest = after.trim_start_matches([' ', '\t', '\x0c']);
-    }
-    (key, rest)
-}
-
-fn unescape(text: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('t') => out.push('\t'),
-            Some('n') => out.push('\n'),
-            Some('r') => out.push('\r'),
-            Some('f') => out.push('\x0c'),
-            Some('u') => {
-                let hex: String = chars.by_ref().take(4).collect();
-                let code = u32::from_str_radix(&hex, 16)
-                    .ok()
-                    .filter(|_| hex.len() == 4)
-                    .and_then(char::from_u32)
-                    .ok_or_else(|| format!("`\\u{hex}` is not a \\uXXXX escape"))?;
-                out.push(code);
-            }
-            Some(other) => out.push(other),
-            None => {}
-        }
-    }
-    Ok(out)
 }
 
 /// User name and password of a `sasl.jaas.config` of Kafka's PLAIN or SCRAM login module:
@@ -351,52 +253,6 @@ impl<'a> JaasTokens<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn parse(text: &str) -> Vec<(String, String, usize)> {
-        parse_properties(text)
-            .unwrap()
-            .into_iter()
-            .map(|p| (p.key, p.value, p.line))
-            .collect()
-    }
-
-    fn owned(rows: &[(&str, &str, usize)]) -> Vec<(String, String, usize)> {
-        rows.iter()
-            .map(|(k, v, l)| (k.to_string(), v.to_string(), *l))
-            .collect()
-    }
-
-    #[test]
-    fn reads_java_properties_syntax() {
-        let text = "# a comment\n\
-                    ! another\n\
-                    \n\
-                    security.protocol=SASL_SSL\n\
-                    sasl.mechanism : PLAIN  \n\
-                    \tclient.id   ferry-tools\n\
-                    message.max.bytes = 10\\\n\
-                    \x20\x20\x20\x2000\n\
-                    key\\=with\\:marks=v\\u00e9\\t!\n\
-                    empty=\n";
-        assert_eq!(
-            parse(text),
-            owned(&[
-                ("security.protocol", "SASL_SSL", 4),
-                ("sasl.mechanism", "PLAIN", 5),
-                ("client.id", "ferry-tools", 6),
-                ("message.max.bytes", "1000", 7),
-                ("key=with:marks", "vé\t!", 9),
-                ("empty", "", 10),
-            ])
-        );
-        // Two backslashes end a line with a backslash; they do not continue it.
-        assert_eq!(
-            parse("a=x\\\\\nb=y"),
-            owned(&[("a", "x\\", 1), ("b", "y", 2)])
-        );
-        assert_eq!(parse_properties("a=\\u12").unwrap_err().0, 1);
-        assert_eq!(parse_properties("x=1\n=value").unwrap_err().0, 2);
-    }
 
     #[test]
     fn jaas_configs_of_plain_and_scram_give_user_and_password() {

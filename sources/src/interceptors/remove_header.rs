@@ -14,14 +14,14 @@ pub struct RemoveHeaderConfig {
     /// Name of a header to remove. Default none. Flume: `withName`.
     #[serde(default)]
     pub with_name: Option<String>,
-    /// Names of headers to remove, separated by `from_list_separator`, e.g. `host, file`.
+    /// Names of headers to remove, separated by `list_separator`, e.g. `host, file`.
     /// Default none. Flume: `fromList`.
     #[serde(default)]
     pub from_list: Option<String>,
     /// Regular expression separating the names of `from_list`. Default `\s*,\s*` (as Flume's).
     /// Flume: `fromListSeparator`.
     #[serde(default = "default_separator")]
-    pub from_list_separator: String,
+    pub list_separator: String,
     /// Headers whose whole name matches this regular expression are removed. Default none.
     /// Flume: `matching`.
     #[serde(default)]
@@ -48,7 +48,7 @@ impl RemoveHeaderInterceptor {
             Regex::new(pattern)
                 .map_err(|e| cfg.error_at(key, format!("`{key}`: invalid regular expression: {e}")))
         };
-        let separator = compile("from_list_separator", &config.from_list_separator)?;
+        let separator = compile("list_separator", &config.list_separator)?;
         let mut names: Vec<String> = config.with_name.into_iter().collect();
         if let Some(list) = &config.from_list {
             names.extend(
@@ -125,7 +125,7 @@ mod tests {
 
     #[test]
     fn a_custom_separator_splits_the_list() {
-        let interceptor = build("from_list: 'a|b'\nfrom_list_separator: '\\|'");
+        let interceptor = build("from_list: 'a|b'\nlist_separator: '\\|'");
         let out = interceptor.intercept(vec![event(&[("a", "1"), ("b", "2"), ("c", "3")])]);
         assert_eq!(names(&out[0]), ["c"]);
     }
@@ -166,7 +166,7 @@ mod tests {
     fn invalid_expressions_name_their_option() {
         for (yaml, key) in [
             ("matching: '('", "matching"),
-            ("from_list_separator: '['", "from_list_separator"),
+            ("list_separator: '['", "list_separator"),
         ] {
             let error = RemoveHeaderInterceptor::build(&config("remove_header", yaml)).unwrap_err();
             assert!(

@@ -143,6 +143,15 @@ impl TaildirSource {
             return Ok((checkpoint::decode(saved)?, Vec::new()));
         }
         match &self.config.flume_position_file {
+            // Flume writes the file once it has run: without one there is nothing to import.
+            Some(path) if !path.exists() => {
+                tracing::info!(
+                    source = ctx.name(),
+                    path = %path.display(),
+                    "first start: no Flume position file to import"
+                );
+                Ok((Vec::new(), Vec::new()))
+            }
             Some(path) => {
                 let flume = checkpoint::read_flume_positions(path)?;
                 tracing::info!(
