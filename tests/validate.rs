@@ -72,12 +72,24 @@ const BROKEN: &[(&str, &[&str])] = &[
             ":7:11: source `lines`: ",
             ":12:5: channel `buffer`: `transaction_capacity` (100) is larger than `capacity` (10)",
             ":18:5: sink `files`: unknown option `directroy`, did you mean `directory`?",
+            // Found with the one above: a component reports every bad option at once.
+            ":19:20: sink `files`: option `roll_interval`: invalid duration `soon`",
         ],
     ),
     (
         "exactly-once-from-memory.yaml",
         &[
             ":12:5: sink `to_kafka`: this delivery needs a channel that numbers its events (a file channel, or a kafka channel on a one-partition topic); channel `buffer` does not",
+        ],
+    ),
+    (
+        "several-bad-options.yaml",
+        &[
+            ":6:5: source `numbers`: unknown option `batch_sise`, did you mean `batch_size`?",
+            ":7:19: source `numbers`: option `total_events`: ",
+            ":17:5: sink `to_kafka`: unknown compression `zip`, did you mean `gzip`?",
+            ":18:5: sink `to_kafka`: unknown acks `al`, did you mean `all`?",
+            ":19:13: sink `to_kafka`: option `linger`: invalid duration `soon`",
         ],
     ),
     ("not-yaml.yaml", &[": invalid YAML: "]),

@@ -416,9 +416,9 @@ where
 }
 
 fn load_broker_config(file: &Path) -> Result<ferry_broker::BrokerConfig, topology::Problems> {
-    let problems = |error| topology::Problems {
+    let problems = |error: ferry_core::ConfigError| topology::Problems {
         file: file.to_owned(),
-        errors: vec![error],
+        errors: error.into_all(),
     };
     let text = std::fs::read_to_string(file).map_err(|e| {
         problems(ferry_core::ConfigError::new(

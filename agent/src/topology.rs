@@ -515,13 +515,13 @@ impl Builder<'_> {
         if let Some(agent) = root.get_node("agent") {
             match parse_section::<AgentSettings>(agent, "agent") {
                 Ok(settings) => topology.agent = settings,
-                Err(error) => self.errors.push(error),
+                Err(error) => self.errors.extend(error.into_all()),
             }
         }
         if let Some(broker) = root.get_node("broker") {
             match parse_broker_section(broker) {
                 Ok(settings) => topology.broker = Some(settings),
-                Err(error) => self.errors.push(error),
+                Err(error) => self.errors.extend(error.into_all()),
             }
         }
     }
@@ -550,7 +550,7 @@ impl Builder<'_> {
                         .channel_types
                         .insert(entry.name.to_owned(), cfg.type_name().to_owned());
                 }
-                Err(e) => self.errors.push(e),
+                Err(e) => self.errors.extend(e.into_all()),
             }
         }
         declared
@@ -606,7 +606,7 @@ impl Builder<'_> {
             let source = match factory(&cfg) {
                 Ok(source) => source,
                 Err(e) => {
-                    self.errors.push(e);
+                    self.errors.extend(e.into_all());
                     continue;
                 }
             };
@@ -682,7 +682,7 @@ impl Builder<'_> {
             let sink = match factory(&cfg) {
                 Ok(sink) => sink,
                 Err(e) => {
-                    self.errors.push(e);
+                    self.errors.extend(e.into_all());
                     continue;
                 }
             };
@@ -939,10 +939,8 @@ impl Builder<'_> {
             }),
         };
         parsed.unwrap_or_else(|error| {
-            self.errors.push(ConfigError {
-                component: Some(format!("sink group `{group}`")),
-                ..error
-            });
+            self.errors
+                .extend(error.labelled(&format!("sink group `{group}`")).into_all());
             SinkProcessorConfig::Default
         })
     }
@@ -1340,7 +1338,7 @@ impl Builder<'_> {
             );
             match factory(&cfg) {
                 Ok(interceptor) => out.push(interceptor),
-                Err(e) => self.errors.push(e),
+                Err(e) => self.errors.extend(e.into_all()),
             }
         }
         out
@@ -1384,10 +1382,7 @@ pub fn parse_section<T: serde::de::DeserializeOwned>(
     };
     ComponentConfig::from_node(ComponentKind::Source, section, section, node, ".")
         .parse::<T>()
-        .map_err(|error| ConfigError {
-            component: Some(format!("section `{section}`")),
-            ..error
-        })
+        .map_err(|error| error.labelled(&format!("section `{section}`")))
 }
 
 /// Parses the broker's settings (a pipeline's `broker:` section, or an `agent broker

@@ -63,6 +63,9 @@ pub struct ConfigError {
     pub component: Option<String>,
     /// What is wrong, including the closest valid name where one applies.
     pub message: String,
+    /// Further problems found in the same check (a component with several bad options
+    /// reports them all at once); see [`ConfigError::into_all`].
+    pub also: Vec<ConfigError>,
 }
 
 impl ConfigError {
@@ -72,6 +75,39 @@ impl ConfigError {
             location,
             component: None,
             message: message.into(),
+            also: Vec::new(),
+        }
+    }
+
+    /// The same problems (this one and those found with it), attributed to `component`,
+    /// e.g. ``section `agent` ``.
+    pub fn labelled(mut self, component: &str) -> Self {
+        self.component = Some(component.to_owned());
+        self.also = self
+            .also
+            .into_iter()
+            .map(|e| e.labelled(component))
+            .collect();
+        self
+    }
+
+    /// This problem and every one found with it, in the order found.
+    pub fn into_all(mut self) -> Vec<ConfigError> {
+        let also = std::mem::take(&mut self.also);
+        std::iter::once(self)
+            .chain(also.into_iter().flat_map(ConfigError::into_all))
+            .collect()
+    }
+
+    /// `Ok` without problems, else the first with the others in [`also`](Self::also).
+    pub fn all(errors: Vec<ConfigError>) -> Result<(), ConfigError> {
+        let mut errors = errors.into_iter();
+        match errors.next() {
+            None => Ok(()),
+            Some(mut first) => {
+                first.also.extend(errors);
+                Err(first)
+            }
         }
     }
 
@@ -280,32 +316,100 @@ impl ComponentConfig {
         Ok((part(taken, &[]), part(rest, names)))
     }
 
-    /// Parses the options into the component's config struct.
+    /// Parses the options into the component's config struct. Every bad option is reported,
+    /// not only the first (see [`parse_all`](Self::parse_all)).
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
-        marked_yaml::from_node::<T>(&self.node).map_err(|error| {
-            let location = error
-                .start_mark()
-                .map(|m| marker_location(&m))
-                .or_else(|| self.location());
-            let message = match &*error {
-                marked_yaml::Error::UnknownFieldError(field, expected, _) => unknown_name_message(
-                    "option",
-                    field,
-                    expected
-                        .iter()
-                        .copied()
-                        .chain(self.elsewhere.iter().copied()),
-                ),
-                other => match error.path() {
-                    Some(path) if !path.is_empty() && path != "." => {
-                        format!("option `{path}`: {other}")
-                    }
-                    _ => other.to_string(),
-                },
-            };
-            ConfigError::new(location, message).in_component(self.kind, &self.name)
-        })
+        match self.parse_all::<T>() {
+            (Some(parsed), problems) if problems.is_empty() => Ok(parsed),
+            (_, problems) => Err(ConfigError::all(problems)
+                .err()
+                .unwrap_or_else(|| self.error_at("type", "the options could not be read"))),
+        }
     }
+
+    /// Parses the options, reporting every bad one: after a problem with an option, the
+    /// options are parsed again without it, to find the next. Returns the config parsed
+    /// without the bad options (they take their defaults) when that parses, so that a
+    /// component can check the rest too, and the problems.
+    pub fn parse_all<T: DeserializeOwned>(&self) -> (Option<T>, Vec<ConfigError>) {
+        let mut node = self.node.clone();
+        let mut errors: Vec<ConfigError> = Vec::new();
+        let mut removed: Vec<String> = Vec::new();
+        let mut misspelt: Vec<String> = Vec::new();
+        loop {
+            let error = match marked_yaml::from_node::<T>(&node) {
+                Ok(parsed) => return (Some(parsed), errors),
+                Err(error) => error,
+            };
+            let key = offending_key(&error);
+            let described = self.describe(&error);
+            // "missing field `x`" after `x` was taken out for being wrong, or after a
+            // misspelling of `x`, says nothing new.
+            let about_removed = described.message.contains("missing field")
+                && removed
+                    .iter()
+                    .chain(&misspelt)
+                    .any(|k| described.message.contains(&format!("`{k}`")));
+            if let marked_yaml::Error::UnknownFieldError(field, expected, _) = &*error
+                && let Some(meant) = closest(field, expected.iter().copied())
+            {
+                misspelt.push(meant.to_owned());
+            }
+            if !about_removed {
+                errors.push(described);
+            }
+            let Some(key) = key.filter(|k| !removed.contains(k)) else {
+                return (None, errors);
+            };
+            let Some(mut map) = node.as_mapping().cloned() else {
+                return (None, errors);
+            };
+            if map.remove(key.as_str()).is_none() || errors.len() >= 32 {
+                return (None, errors);
+            }
+            node = Node::from(map);
+            removed.push(key);
+        }
+    }
+
+    /// One parse error, with its position and the closest name where it is a misspelling.
+    fn describe(&self, error: &marked_yaml::FromNodeError) -> ConfigError {
+        let location = error
+            .start_mark()
+            .map(|m| marker_location(&m))
+            .or_else(|| self.location());
+        let message = match &**error {
+            marked_yaml::Error::UnknownFieldError(field, expected, _) => unknown_name_message(
+                "option",
+                field,
+                expected
+                    .iter()
+                    .copied()
+                    .chain(self.elsewhere.iter().copied()),
+            ),
+            other => match error.path() {
+                Some(path) if !path.is_empty() && path != "." => {
+                    format!("option `{path}`: {other}")
+                }
+                _ => other.to_string(),
+            },
+        };
+        ConfigError::new(location, message).in_component(self.kind, &self.name)
+    }
+}
+
+/// The top-level option a parse error is about, when it names one.
+fn offending_key(error: &marked_yaml::FromNodeError) -> Option<String> {
+    if let marked_yaml::Error::UnknownFieldError(field, _, _) = &**error {
+        return Some(field.clone());
+    }
+    let path = error.path()?;
+    let first = path
+        .trim_start_matches('.')
+        .split(['.', '['])
+        .next()
+        .unwrap_or_default();
+    (!first.is_empty()).then(|| first.to_owned())
 }
 
 fn location_of(node: &Node) -> Option<Location> {

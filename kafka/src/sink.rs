@@ -204,23 +204,48 @@ impl KafkaSink {
     /// Validates the options; the producer is created at `start`.
     pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
         let (connection, own) = Connection::from_config(cfg, Role::Sink)?;
-        let config: KafkaSinkConfig = own.parse()?;
-        Connection::check_passthrough(cfg, "producer", &config.producer)?;
+        // Every problem of the options at once: those of reading them, then the checks of the
+        // rest.
+        let (config, mut problems) = own.parse_all::<KafkaSinkConfig>();
+        let Some(config) = config else {
+            ConfigError::all(problems)?;
+            return Err(cfg.error_at("type", "the options could not be read"));
+        };
+        problems.extend(Connection::check_passthrough(cfg, "producer", &config.producer).err());
         if config.topic.is_empty() {
-            return Err(cfg.error_at("topic", "`topic` is empty"));
+            problems.push(cfg.error_at("topic", "`topic` is empty"));
         }
         if config.transaction_max_events == 0 {
-            return Err(cfg.error_at(
+            problems.push(cfg.error_at(
                 "transaction_max_events",
                 "`transaction_max_events` must be at least 1",
             ));
         }
-        cfg.check_one_of("acks", &config.acks, &["0", "1", "all", "-1"])?;
-        cfg.check_one_of(
-            "compression",
-            &config.compression,
-            &["none", "gzip", "snappy", "lz4", "zstd"],
-        )?;
+        problems.extend(
+            cfg.check_one_of("acks", &config.acks, &["0", "1", "all", "-1"])
+                .err(),
+        );
+        problems.extend(
+            cfg.check_one_of(
+                "compression",
+                &config.compression,
+                &["none", "gzip", "snappy", "lz4", "zstd"],
+            )
+            .err(),
+        );
+        let all_acks = config.acks == "all" || config.acks == "-1";
+        if config.delivery == Delivery::ExactlyOnce {
+            if matches!(config.acks.as_str(), "0" | "1") {
+                problems.push(cfg.error_at(
+                    "acks",
+                    "`delivery: exactly_once` needs `acks: all` (transactions require it)",
+                ));
+            }
+            if config.progress_topic.is_empty() {
+                problems.push(cfg.error_at("progress_topic", "`progress_topic` is empty"));
+            }
+        }
+        ConfigError::all(problems)?;
         let mut client = connection.client_config();
         client
             .set("acks", &config.acks)
@@ -229,17 +254,8 @@ impl KafkaSink {
             // Retries inside the producer never duplicate or reorder records.
             .set("enable.idempotence", "true");
         if config.delivery == Delivery::ExactlyOnce {
-            if config.acks != "all" && config.acks != "-1" {
-                return Err(cfg.error_at(
-                    "acks",
-                    "`delivery: exactly_once` needs `acks: all` (transactions require it)",
-                ));
-            }
             client.set("acks", "all");
-            if config.progress_topic.is_empty() {
-                return Err(cfg.error_at("progress_topic", "`progress_topic` is empty"));
-            }
-        } else if config.acks != "all" && config.acks != "-1" {
+        } else if !all_acks {
             // An idempotent producer needs acks=all; with fewer acks the user chose speed.
             client.set("enable.idempotence", "false");
         }
@@ -845,6 +861,24 @@ mod tests {
         assert_eq!(decode_runs(""), Some(vec![]));
         assert_eq!(decode_runs("x"), None);
         assert_eq!(decode_runs("1-"), None);
+    }
+
+    #[test]
+    fn every_bad_option_is_reported_at_once() {
+        let err = KafkaSink::build(&config(
+            "bootstrap_servers: h:1\ncompression: zip\nacks: al\ntopic: ''\nlinger: soon",
+        ))
+        .unwrap_err();
+        let messages: Vec<String> = err.into_all().into_iter().map(|e| e.message).collect();
+        assert_eq!(messages.len(), 4, "{messages:#?}");
+        assert!(messages[0].contains("linger"), "{messages:#?}");
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("`compression`") || m.contains("zip"))
+        );
+        assert!(messages.iter().any(|m| m.contains("`al`")), "{messages:#?}");
+        assert!(messages.iter().any(|m| m.contains("`topic` is empty")));
     }
 
     #[test]

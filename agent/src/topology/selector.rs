@@ -126,7 +126,7 @@ pub(super) fn parse(
     } else {
         cfg.parse::<Multiplexing>().map(|m| Some(m.header))
     };
-    let header = parsed.map_err(|e| vec![e])?;
+    let header = parsed.map_err(ConfigError::into_all)?;
 
     // The channel names, resolved with their positions.
     let mut errors = Vec::new();
