@@ -333,6 +333,10 @@ fn help(flume: &str) -> &'static str {
             "Batches the source put into all its channels (Flume AppendBatchAcceptedCount)"
         }
         "EventFilteredCount" => "Events dropped by the source's interceptors",
+        "EventUnroutedCount" => "Events no route of the source's multiplexing selector took",
+        "OptionalChannelWriteFail" => {
+            "Batches an optional channel of the source's selector did not take"
+        }
         "ChannelWriteFail" => "Batches a channel refused (Flume ChannelWriteFail)",
         "EventReadFail" => "Inputs the source could not read as events (Flume EventReadFail)",
         "EventDroppedCount" => {
