@@ -170,3 +170,37 @@ fn no_watch_leaves_a_running_agent_alone() {
     agent.signal(Signal::SIGTERM);
     agent.wait(Duration::from_secs(30));
 }
+
+#[test]
+fn a_changed_file_channel_is_rebuilt_with_its_events_and_nothing_is_lost_or_repeated() {
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = "  a: { type: file_roll, channel: buffer, directory: ./out-a, batch_size: 50 }\n";
+    let mut agent = Agent::start(dir.path(), &pipeline(sinks));
+    wait_until(Duration::from_secs(60), "some events delivered", || {
+        delivered(dir.path()).1 > 1000
+    });
+    // A bigger channel: the source and the sink stop, the channel is rebuilt over the same
+    // segments, and both start again on it.
+    let bigger = pipeline(sinks).replace("capacity: 5000,", "capacity: 8000,");
+    std::fs::write(dir.path().join("pipeline.yaml"), bigger).unwrap();
+    wait_until(Duration::from_secs(30), "the reload", || {
+        agent.log().contains("pipeline reloaded")
+    });
+    let at_reload = delivered(dir.path()).1;
+    wait_until(Duration::from_secs(240), "every event delivered", || {
+        delivered(dir.path()).1 >= TOTAL as usize
+    });
+    agent.signal(Signal::SIGTERM);
+    assert!(agent.wait(Duration::from_secs(60)).success());
+    let log = agent.log();
+    let (seen, lines) = delivered(dir.path());
+    assert!(at_reload < TOTAL as usize, "everything had flowed before the edit");
+    assert_eq!(lines, TOTAL as usize, "an event was delivered twice");
+    assert_eq!(seen, (0..TOTAL).collect::<BTreeSet<_>>(), "an event is missing");
+    let reload = log.lines().find(|l| l.contains("pipeline reloaded")).unwrap();
+    assert!(
+        reload.contains("channel buffer") && reload.contains("source numbers") && reload.contains("sink a"),
+        "{reload}"
+    );
+    assert_eq!(count(&log, "source started source=numbers"), 2, "{log}");
+}
