@@ -199,23 +199,10 @@ channels:
 
 /// A counter of source `app` from the agent's `/metrics.json`.
 fn source_counter(agent: &Agent, name: &str) -> u64 {
-    let address = agent
-        .log()
-        .lines()
-        .find(|l| l.contains("HTTP server listening"))
-        .and_then(|l| l.split("address=").nth(1))
-        .and_then(|a| a.split_whitespace().next().map(str::to_owned));
-    let Some(address) = address else { return 0 };
-    let Ok(mut stream) = TcpStream::connect(&address) else {
+    let Some(address) = harness::http_address(agent) else {
         return 0;
     };
-    write!(
-        stream,
-        "GET /metrics.json HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
+    let (_, reply) = harness::http_get(&address, "/metrics.json");
     let key = format!("\"{name}\":\"");
     reply
         .split("\"SOURCE.app\"")

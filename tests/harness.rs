@@ -353,3 +353,43 @@ pub fn crash_seed() -> u64 {
     println!("CRASH_SEED={seed}");
     seed
 }
+
+/// A GET on the agent's HTTP server: the status code and body.
+pub fn http_get(address: &str, path: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // Bodies are small: axum sends them with a Content-Length, or chunked in one chunk.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let (_, rest) = body.split_once("\r\n").unwrap();
+        rest.rsplit_once("\r\n0\r\n")
+            .map_or(rest, |(b, _)| b)
+            .to_owned()
+    } else {
+        body.to_owned()
+    };
+    (status, body)
+}
+
+/// The address of the agent's HTTP server, from its log (`http: 127.0.0.1:0` picks a port).
+pub fn http_address(agent: &Agent) -> Option<String> {
+    agent
+        .log()
+        .lines()
+        .find(|l| l.contains("HTTP server listening"))
+        .and_then(|l| l.split("address=").nth(1))
+        .and_then(|a| a.split_whitespace().next().map(str::to_owned))
+}

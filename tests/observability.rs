@@ -18,37 +18,7 @@ use nix::sys::signal::Signal;
 #[path = "harness.rs"]
 mod harness;
 
-use harness::{Agent, http_server, python, wait_until};
-
-/// A GET on the agent's HTTP server: the status code and body.
-fn get(address: &str, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
-    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    // Bodies are small: axum sends them with a Content-Length, or chunked in one chunk.
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let (_, rest) = body.split_once("\r\n").unwrap();
-        rest.rsplit_once("\r\n0\r\n")
-            .map_or(rest, |(b, _)| b)
-            .to_owned()
-    } else {
-        body.to_owned()
-    };
-    (status, body)
-}
+use harness::{Agent, http_get as get, http_server, python, wait_until};
 
 fn json(address: &str, path: &str) -> (u16, serde_json::Value) {
     let (status, body) = get(address, path);

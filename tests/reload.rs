@@ -194,12 +194,24 @@ fn a_changed_file_channel_is_rebuilt_with_its_events_and_nothing_is_lost_or_repe
     assert!(agent.wait(Duration::from_secs(60)).success());
     let log = agent.log();
     let (seen, lines) = delivered(dir.path());
-    assert!(at_reload < TOTAL as usize, "everything had flowed before the edit");
-    assert_eq!(lines, TOTAL as usize, "an event was delivered twice");
-    assert_eq!(seen, (0..TOTAL).collect::<BTreeSet<_>>(), "an event is missing");
-    let reload = log.lines().find(|l| l.contains("pipeline reloaded")).unwrap();
     assert!(
-        reload.contains("channel buffer") && reload.contains("source numbers") && reload.contains("sink a"),
+        at_reload < TOTAL as usize,
+        "everything had flowed before the edit"
+    );
+    assert_eq!(lines, TOTAL as usize, "an event was delivered twice");
+    assert_eq!(
+        seen,
+        (0..TOTAL).collect::<BTreeSet<_>>(),
+        "an event is missing"
+    );
+    let reload = log
+        .lines()
+        .find(|l| l.contains("pipeline reloaded"))
+        .unwrap();
+    assert!(
+        reload.contains("channel buffer")
+            && reload.contains("source numbers")
+            && reload.contains("sink a"),
         "{reload}"
     );
     assert_eq!(count(&log, "source started source=numbers"), 2, "{log}");

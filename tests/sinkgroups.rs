@@ -88,6 +88,8 @@ fn failover_moves_to_the_standby_while_the_primary_fails_and_back_once_it_recove
         r#"
 agent:
   data_dir: ./state
+  http: 127.0.0.1:0
+  unhealthy_after: 1s
 sources:
   lines:
     type: netcat
@@ -145,6 +147,14 @@ sinkgroups:
         primary.refused.load(Ordering::SeqCst) > refused
     });
     assert!(bodies(&primary).is_empty());
+    // The group delivers through the standby: the agent is healthy, the primary degraded.
+    let address = harness::http_address(&agent).expect("the HTTP server's address");
+    let (status, health) = harness::http_get(&address, "/health");
+    assert_eq!(status, 200, "{health}");
+    assert!(
+        health.contains("\"degraded\"") && health.contains("SINK.primary"),
+        "{health}"
+    );
 
     // The primary recovers: once its penalty is over it takes over again.
     up.store(true, Ordering::SeqCst);

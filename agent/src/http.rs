@@ -50,6 +50,8 @@ struct Component {
     channel: Option<Arc<MeteredChannel>>,
     /// The channels a source puts to, or the one a sink takes from.
     channels: Vec<String>,
+    /// For a sink of a sink group: the group.
+    group: Option<String>,
 }
 
 impl Component {
@@ -108,6 +110,7 @@ impl PipelineMetrics {
                 metrics: spec.metrics.clone(),
                 channel: None,
                 channels: spec.channels.iter().filter_map(channel_name).collect(),
+                group: None,
             });
         }
         for (name, channel) in &topology.channels {
@@ -122,9 +125,14 @@ impl PipelineMetrics {
                 metrics: channel.metrics().clone(),
                 channel: Some(Arc::clone(channel)),
                 channels: Vec::new(),
+                group: None,
             });
         }
-        for spec in topology.all_sinks() {
+        let grouped = topology
+            .sink_groups
+            .iter()
+            .flat_map(|g| g.members.iter().map(move |m| (m, Some(g.name.clone()))));
+        for (spec, group) in topology.sinks.iter().map(|s| (s, None)).chain(grouped) {
             components.push(Component {
                 kind: "sink",
                 name: spec.name.clone(),
@@ -132,6 +140,7 @@ impl PipelineMetrics {
                 metrics: spec.metrics.clone(),
                 channel: None,
                 channels: channel_name(&spec.channel).into_iter().collect(),
+                group,
             });
         }
         Self {
@@ -203,32 +212,42 @@ impl PipelineMetrics {
     /// The `/health` answer: its status code and body.
     pub fn health(&self) -> (StatusCode, Value) {
         let all = self.components();
-        let failing = self.failing(&all);
-        if failing.is_empty() {
-            let components = self.components().len();
-            return (
-                StatusCode::OK,
-                json!({"status": "ok", "components": components}),
-            );
-        }
-        let now = SystemTime::now();
-        let failing: Vec<Value> = failing
-            .into_iter()
-            .map(|(component, failure)| {
-                json!({
-                    "component": component.flume_key(),
-                    "kind": component.kind,
-                    "name": component.name,
-                    "type": component.type_name,
-                    "error": failure.message,
-                    "failing_for_ms": now.duration_since(failure.since).unwrap_or_default().as_millis() as u64,
-                    "consecutive_failures": component.metrics.counter("ConsecutiveFailures").get(),
+        // A failing sink of a group whose other members deliver leaves the pipeline healthy
+        // (that is what failover and load balancing are for): it is shown as degraded.
+        let (degraded, failing): (Vec<_>, Vec<_>) =
+            self.failing(&all).into_iter().partition(|(component, _)| {
+                component.group.as_ref().is_some_and(|group| {
+                    all.iter().any(|other| {
+                        other.group.as_ref() == Some(group)
+                            && other.name != component.name
+                            && other.metrics.failure().is_none()
+                    })
                 })
+            });
+        let now = SystemTime::now();
+        let describe = |(component, failure): (&Component, Failure)| {
+            json!({
+                "component": component.flume_key(),
+                "kind": component.kind,
+                "name": component.name,
+                "type": component.type_name,
+                "error": failure.message,
+                "failing_for_ms": now.duration_since(failure.since).unwrap_or_default().as_millis() as u64,
+                "consecutive_failures": component.metrics.counter("ConsecutiveFailures").get(),
             })
-            .collect();
+        };
+        let degraded: Vec<Value> = degraded.into_iter().map(describe).collect();
+        if failing.is_empty() {
+            let mut body = json!({"status": "ok", "components": all.len()});
+            if !degraded.is_empty() {
+                body["degraded"] = Value::Array(degraded);
+            }
+            return (StatusCode::OK, body);
+        }
+        let failing: Vec<Value> = failing.into_iter().map(describe).collect();
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            json!({"status": "failing", "failing": failing}),
+            json!({"status": "failing", "failing": failing, "degraded": degraded}),
         )
     }
 
