@@ -137,3 +137,31 @@ fn run_refuses_a_broken_config_and_starts_nothing() {
     // Nothing was started: the port was never bound.
     assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
 }
+
+#[test]
+fn flume_spellings_of_types_are_taken_with_the_canonical_name_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flume-types.yaml");
+    std::fs::write(
+        &path,
+        "\
+sources:
+  s: { type: SEQ, channels: [c], total_events: 3 }
+channels:
+  c: { type: org.apache.flume.channel.MemoryChannel }
+sinks:
+  k: { type: FILE_ROLL, channel: c, directory: ./out }
+",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = validate(&path);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains(": ok"), "{stdout}");
+    for note in [
+        ":2:14: source type `SEQ` is taken as `seq`; write `seq`",
+        ":4:14: channel type `org.apache.flume.channel.MemoryChannel` is taken as `memory`",
+        ":6:14: sink type `FILE_ROLL` is taken as `file_roll`",
+    ] {
+        assert!(stderr.contains(note), "no `{note}` in:\n{stderr}");
+    }
+}

@@ -1178,8 +1178,9 @@ impl Builder<'_> {
         out
     }
 
-    /// The registered type name `written` stands for: itself, or the one it matches ignoring
-    /// case, `_` and `-` (Flume's `TAILDIR`, `FILE_ROLL`, `syslogtcp`), noted with the
+    /// The registered type name `written` stands for: itself, the one it matches ignoring
+    /// case, `_` and `-` (Flume's `TAILDIR`, `FILE_ROLL`, `syslogtcp`), or the one Flume's
+    /// class name stands for (`org.apache.flume.sink.kafka.KafkaSink`), noted with the
     /// canonical spelling. An unknown name is returned as written, for the factory lookup to
     /// report.
     fn canonical_type(
@@ -1199,7 +1200,11 @@ impl Builder<'_> {
                 .collect::<String>()
         };
         let folded = fold(written);
-        match names.iter().find(|name| fold(name) == folded) {
+        let flume = crate::flume::our_type(kind, written);
+        match names
+            .iter()
+            .find(|name| fold(name) == folded || Some(**name) == flume)
+        {
             Some(name) => {
                 let at = location.map(|l| format!("{l}: ")).unwrap_or_default();
                 self.notes.push((
