@@ -1273,8 +1273,18 @@ impl Builder<'_> {
             self.component_error(kind, name, location(node), "`channels` is empty");
         }
         let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
         for r in refs {
             let channel = r.as_str();
+            if !seen.insert(channel) {
+                self.component_error(
+                    kind,
+                    name,
+                    key_location(r),
+                    format!("channel `{channel}` is listed twice"),
+                );
+                continue;
+            }
             if let Some(c) = built.get(channel) {
                 out.push(Arc::clone(c) as Arc<dyn Channel>);
             } else if !known.contains_key(channel) {
@@ -1597,6 +1607,14 @@ mod tests {
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].location.map(|l| l.line), Some(4));
         assert!(!format!("{errors:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn a_channel_listed_twice_by_a_source_is_refused() {
+        let got = problems(
+            "sources:\n  gen: { type: generator, channels: [c, c] }\nchannels:\n  c: { type: memory }\nsinks:\n  out: { type: discard, channel: c }\n",
+        );
+        assert_eq!(got, ["2:41: source `gen`: channel `c` is listed twice"]);
     }
 
     #[test]
