@@ -216,3 +216,32 @@ fn a_changed_file_channel_is_rebuilt_with_its_events_and_nothing_is_lost_or_repe
     );
     assert_eq!(count(&log, "source started source=numbers"), 2, "{log}");
 }
+
+#[test]
+fn removing_every_source_leaves_the_agent_running_until_it_is_told_to_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = "  a: { type: null, channel: buffer }\n";
+    let endless = pipeline(sinks).replace(&format!("    total_events: {TOTAL}\n"), "");
+    let mut agent = Agent::start(dir.path(), &endless);
+    wait_until(Duration::from_secs(60), "the agent to start", || {
+        agent.log().contains("pipeline started")
+    });
+    let sourceless = endless.replace(
+        "sources:\n  numbers:\n    type: seq\n    channels: [buffer]\n    batch_size: 20\n",
+        "",
+    );
+    assert!(!sourceless.contains("numbers"), "{sourceless}");
+    std::fs::write(dir.path().join("pipeline.yaml"), sourceless).unwrap();
+    wait_until(Duration::from_secs(30), "the reload", || {
+        agent.log().contains("pipeline reloaded")
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let log = agent.log();
+    assert!(log.contains("removed=[\"source numbers\"]"), "{log}");
+    assert!(
+        !log.contains("pipeline stopped"),
+        "the agent stopped:\n{log}"
+    );
+    agent.signal(Signal::SIGTERM);
+    assert!(agent.wait(Duration::from_secs(30)).success());
+}

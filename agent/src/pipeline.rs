@@ -253,16 +253,17 @@ impl Pipeline {
     /// Runs until the agent stops, or every source ended on its own; applies reloads
     /// meanwhile. Then stops the sources, drains the channels and stops the sinks.
     pub async fn run(mut self, mut reloads: Option<Reloads>) {
-        let had_sources = !self.sources.is_empty();
         loop {
-            if had_sources && self.sources.is_empty() {
-                break;
-            }
             tokio::select! {
                 _ = self.stop.wait() => break,
                 Some((name, generation)) = self.ended_rx.recv() => {
+                    // A source that ended on its own (its input is done); once none is left,
+                    // the pipeline drains and stops. Sources a reload stopped are not here.
                     if self.sources.get(&name).is_some_and(|s| s.generation == generation) {
                         self.sources.remove(&name);
+                        if self.sources.is_empty() {
+                            break;
+                        }
                     }
                 }
                 Some(why) = next_request(&mut reloads) => {
