@@ -261,3 +261,38 @@ sinks:
         );
     }
 }
+
+#[test]
+fn a_second_agent_on_the_same_data_dir_is_refused_with_the_path_and_the_first_ones_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let config = format!(
+        "agent:\n  data_dir: {}\nsources:\n  numbers: {{ type: seq, channels: [c] }}\nchannels:\n  c: {{ type: file }}\nsinks:\n  out: {{ type: null, channel: c }}\n",
+        state.display()
+    );
+    let (first_dir, second_dir) = (dir.path().join("first"), dir.path().join("second"));
+    std::fs::create_dir_all(&first_dir).unwrap();
+    std::fs::create_dir_all(&second_dir).unwrap();
+    let mut first = Agent::start(&first_dir, &config);
+    wait_until(Duration::from_secs(60), "the first agent to start", || {
+        first.log().contains("pipeline started")
+    });
+    let mut second = Agent::start(&second_dir, &config);
+    let status = second.wait(Duration::from_secs(30));
+    let log = second.log();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains(&format!("pid {}", first.pid())) && log.contains(&state.display().to_string()),
+        "{log}"
+    );
+    assert!(!log.contains("pipeline started"), "{log}");
+    first.signal(Signal::SIGTERM);
+    assert!(first.wait(Duration::from_secs(30)).success());
+    // Once the first is gone, the directory is free again.
+    let mut third = Agent::start(&second_dir, &config);
+    wait_until(Duration::from_secs(60), "the next agent to start", || {
+        third.log().contains("pipeline started")
+    });
+    third.signal(Signal::SIGTERM);
+    assert!(third.wait(Duration::from_secs(30)).success());
+}

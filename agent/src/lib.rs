@@ -18,6 +18,7 @@ use ferry_core::{Registry, Shutdown};
 
 pub mod flume;
 pub mod http;
+mod lock;
 pub mod pipeline;
 mod reload;
 pub mod runtime;

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::http::{HttpServer, PipelineMetrics};
+use crate::lock::DataDirLock;
 use crate::pipeline::{Pipeline, Reloads};
 use crate::sinkgroup::{SinkProcessor, SinkProcessorConfig};
 use crate::topology::{SinkGroupSpec, SinkSpec, SourceSpec, Topology};
@@ -61,6 +62,8 @@ pub async fn run_reloading(
     stop: Shutdown,
     reloads: Option<Reloads>,
 ) -> anyhow::Result<()> {
+    // Before anything starts: a second agent on this data_dir is refused here.
+    let _lock = DataDirLock::acquire(&topology.agent.data_dir)?;
     // The broker comes first, so that Kafka components find it, and goes last.
     let broker = match topology.broker.clone() {
         Some(config) => {
