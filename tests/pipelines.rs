@@ -296,3 +296,44 @@ fn a_second_agent_on_the_same_data_dir_is_refused_with_the_path_and_the_first_on
     third.signal(Signal::SIGTERM);
     assert!(third.wait(Duration::from_secs(30)).success());
 }
+
+/// seq → `channel` → an http sink whose destination is down, stopping within `drain_timeout`.
+fn undeliverable(channel: &str) -> String {
+    let dead = free_port();
+    format!(
+        "agent:\n  data_dir: ./state\n  drain_timeout: 2s\nsources:\n  numbers: {{ type: seq, channels: [buffer], batch_size: 10, total_events: 100 }}\nchannels:\n  buffer: {{ type: {channel} }}\nsinks:\n  out: {{ type: http, channel: buffer, endpoint: 'http://127.0.0.1:{dead}/' }}\n"
+    )
+}
+
+#[test]
+fn events_left_in_a_memory_channel_at_exit_are_reported_with_a_failing_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    // The source ends after 100 events; the sink can deliver none of them.
+    let mut agent = Agent::start(dir.path(), &undeliverable("memory"));
+    let status = agent.wait(Duration::from_secs(60));
+    let log = agent.log();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("did not drain in time"), "{log}");
+    assert!(
+        log.contains("stopped with events undelivered in memory channels: 100 in channel `buffer`"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_dead_destination_does_not_hold_the_first_sigterm_and_a_file_channel_keeps_its_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start(dir.path(), &undeliverable("file"));
+    wait_until(Duration::from_secs(60), "the sink to fail", || {
+        agent.log().contains("out") && agent.log().contains("pipeline started")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    agent.signal(Signal::SIGTERM);
+    let status = agent.wait(Duration::from_secs(30));
+    let log = agent.log();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("channel stopped channel=buffer events=100"),
+        "{log}"
+    );
+}

@@ -76,6 +76,7 @@ pub struct Pipeline {
     store: Arc<dyn CheckpointStore>,
     stop: Shutdown,
     full_channel_warning: Duration,
+    drain_timeout: Duration,
     fingerprints: BTreeMap<String, String>,
     channels: BTreeMap<String, Arc<MeteredChannel>>,
     sources: BTreeMap<String, RunningSource>,
@@ -114,6 +115,7 @@ impl Pipeline {
             state,
             stop,
             full_channel_warning: topology.agent.full_channel_warning,
+            drain_timeout: topology.agent.drain_timeout,
             fingerprints: topology.fingerprints.clone(),
             channels: BTreeMap::new(),
             sources: BTreeMap::new(),
@@ -252,7 +254,7 @@ impl Pipeline {
 
     /// Runs until the agent stops, or every source ended on its own; applies reloads
     /// meanwhile. Then stops the sources, drains the channels and stops the sinks.
-    pub async fn run(mut self, mut reloads: Option<Reloads>) {
+    pub async fn run(mut self, mut reloads: Option<Reloads>) -> anyhow::Result<()> {
         loop {
             tokio::select! {
                 _ = self.stop.wait() => break,
@@ -286,16 +288,46 @@ impl Pipeline {
         for unit in self.units.values() {
             unit.drain.trigger();
         }
-        for (name, unit) in std::mem::take(&mut self.units) {
-            if let Err(e) = unit.task.await {
-                error!(unit = %name, error = %e, "a sink task panicked");
+        let units = std::mem::take(&mut self.units);
+        let retire: Vec<Shutdown> = units.values().map(|u| u.retire.clone()).collect();
+        let drained = async {
+            for (name, unit) in units {
+                if let Err(e) = unit.task.await {
+                    error!(unit = %name, error = %e, "a sink task panicked");
+                }
             }
+        };
+        tokio::pin!(drained);
+        if tokio::time::timeout(self.drain_timeout, &mut drained)
+            .await
+            .is_err()
+        {
+            warn!(drain_timeout = ?self.drain_timeout, "the channels did not drain in time; the sinks finish what they have in flight and stop");
+            for retire in &retire {
+                retire.trigger();
+            }
+            drained.await;
         }
+        let mut lost = Vec::new();
         for (name, channel) in &self.channels {
             channel.metrics().stopped();
-            info!(channel = %name, events = channel.len(), "channel stopped");
+            let events = channel.len();
+            if events > 0 && !channel.is_durable() {
+                error!(channel = %name, events, "memory channel stopped with events no sink delivered: they are lost");
+                lost.push(format!("{events} in channel `{name}`"));
+            } else {
+                info!(channel = %name, events, "channel stopped");
+            }
         }
         info!("pipeline stopped");
+        if lost.is_empty() {
+            Ok(())
+        } else {
+            anyhow::bail!(
+                "stopped with events undelivered in memory channels: {}",
+                lost.join(", ")
+            )
+        }
     }
 
     /// Loads the file again and applies it, or refuses it and keeps running as it is.

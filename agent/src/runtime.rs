@@ -91,10 +91,7 @@ pub async fn run_reloading(
     };
     let serves_until_stopped = broker.is_some() || http.is_some();
     let result = match Pipeline::start(topology, stop.clone(), Some(metrics)).await {
-        Ok(pipeline) => {
-            pipeline.run(reloads).await;
-            Ok(())
-        }
+        Ok(pipeline) => pipeline.run(reloads).await,
         Err(e) => Err(e),
     };
     if serves_until_stopped && result.is_ok() {

@@ -62,6 +62,15 @@ pub struct AgentSettings {
         with = "ferry_core::config::duration"
     )]
     pub unhealthy_after: Duration,
+    /// The longest the first SIGTERM waits for the sinks to drain the channels. Then the sinks
+    /// finish what they have in flight and stop: durable channels keep the rest for the next
+    /// start, and events left in memory channels are reported (the agent then exits non-zero).
+    /// Default `30s`.
+    #[serde(
+        default = "default_drain_timeout",
+        with = "ferry_core::config::duration"
+    )]
+    pub drain_timeout: Duration,
 }
 
 impl Default for AgentSettings {
@@ -71,6 +80,7 @@ impl Default for AgentSettings {
             http: None,
             full_channel_warning: default_full_channel_warning(),
             unhealthy_after: default_unhealthy_after(),
+            drain_timeout: default_drain_timeout(),
         }
     }
 }
@@ -80,6 +90,10 @@ fn default_full_channel_warning() -> Duration {
 }
 
 fn default_unhealthy_after() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_drain_timeout() -> Duration {
     Duration::from_secs(30)
 }
 
