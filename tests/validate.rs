@@ -92,6 +92,13 @@ const BROKEN: &[(&str, &[&str])] = &[
             ":19:13: sink `to_kafka`: option `linger`: invalid duration `soon`",
         ],
     ),
+    (
+        "capacity-out-of-range.yaml",
+        &[
+            // The real bound, not "must be at least 1".
+            ":9:5: channel `buffer`: `transaction_capacity` must be between 1 and 4294967295",
+        ],
+    ),
     ("not-yaml.yaml", &[": invalid YAML: "]),
 ];
 

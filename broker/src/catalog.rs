@@ -39,6 +39,29 @@ pub struct CatalogError {
     source: rusqlite::Error,
 }
 
+impl CatalogError {
+    /// Whether the disk is the cause (full, failing, read-only, gone), rather than the data.
+    pub(crate) fn is_storage(&self) -> bool {
+        use rusqlite::ErrorCode::*;
+        matches!(
+            self.source.sqlite_error_code(),
+            Some(
+                DiskFull | SystemIoFailure | CannotOpen | ReadOnly | DatabaseCorrupt | NotADatabase
+            )
+        )
+    }
+
+    /// The Kafka error a request failing on this answers: KAFKA_STORAGE_ERROR when the disk
+    /// is the cause, UNKNOWN_SERVER_ERROR otherwise.
+    pub(crate) fn response_error(&self) -> kafka_protocol::ResponseError {
+        if self.is_storage() {
+            kafka_protocol::ResponseError::KafkaStorageError
+        } else {
+            kafka_protocol::ResponseError::UnknownServerError
+        }
+    }
+}
+
 /// A topic as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct TopicRecord {

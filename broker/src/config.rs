@@ -1,8 +1,9 @@
 //! Broker settings. Each field maps to the Apache Kafka broker property named in its doc, with
 //! Kafka's default; `log_*` settings are the broker-wide defaults that topic configs override.
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer};
@@ -70,6 +71,32 @@ pub struct BrokerConfig {
     /// Close a connection that sent no request for this long (Kafka `connections.max.idle.ms`).
     /// Default 10 minutes.
     pub connections_max_idle_ms: u64,
+    /// Connections open at once across every listener (Kafka `max.connections`); past it a new
+    /// connection is closed at once, counted and logged (once a minute), so the client fails
+    /// fast and retries instead of waiting in the accept queue. The broker also keeps enough
+    /// file descriptors free for its partitions: with a low `ulimit -n` the effective limit is
+    /// lower, and the start-up log says which it is. Default 10000.
+    pub max_connections: u32,
+    /// Connections open at once from one IP address (Kafka `max.connections.per.ip`). Default:
+    /// no limit beyond `max_connections`.
+    pub max_connections_per_ip: Option<u32>,
+    /// Per-address exceptions to `max_connections_per_ip`, e.g. `{"10.0.0.5": 2000}` (Kafka
+    /// `max.connections.per.ip.overrides`, a map here rather than `host:count,...`). Default
+    /// none.
+    pub max_connections_per_ip_overrides: BTreeMap<IpAddr, u32>,
+    /// Bytes of requests read but not yet answered, across every connection (Kafka
+    /// `queued.max.request.bytes`); a connection whose next request does not fit waits, unread,
+    /// until others are answered, so the broker's memory stays bounded whatever the clients
+    /// send. At least `socket_request_max_bytes`. Default 536870912 (512 MiB).
+    pub queued_max_request_bytes: u64,
+    /// Partitions this broker hosts at most, across every topic (Kafka's
+    /// `max.broker.partitions` of KIP-578); CreateTopics, CreatePartitions and auto-creation
+    /// past it are refused before anything is created. Each partition holds open file
+    /// descriptors, so with a low `ulimit -n` the effective cap is lower, and the refusal says
+    /// so. Default 10000.
+    pub max_broker_partitions: u32,
+    /// Partitions one topic may have at most. Default 10000.
+    pub max_partitions_per_topic: u32,
     /// Fsync a partition after this many records (Kafka `log.flush.interval.messages`, topic
     /// `flush.messages`). Default: never; the page cache and the OS decide.
     pub log_flush_interval_messages: Option<i64>,
@@ -145,6 +172,12 @@ impl Default for BrokerConfig {
             message_max_bytes: 1_048_588,
             socket_request_max_bytes: 104_857_600,
             connections_max_idle_ms: 600_000,
+            max_connections: 10_000,
+            max_connections_per_ip: None,
+            max_connections_per_ip_overrides: BTreeMap::new(),
+            queued_max_request_bytes: 512 << 20,
+            max_broker_partitions: 10_000,
+            max_partitions_per_topic: 10_000,
             log_flush_interval_messages: None,
             log_flush_interval_ms: None,
             producer_id_expiration_ms: 86_400_000,

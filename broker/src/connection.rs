@@ -34,6 +34,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_rustls::TlsAcceptor;
 
 use crate::api::{self, ApiError, Context, Frame};
@@ -215,15 +216,17 @@ async fn serve_stream<S: Transport>(
     let result: Result<(), ConnectionError> = async {
         loop {
             let frame = tokio::select! {
-                frame = tokio::time::timeout(limits.idle, read_frame(&mut stream, limits.max_request)) => match frame {
+                frame = tokio::time::timeout(limits.idle, read_frame(&mut stream, limits.max_request, &ctx.limits)) => match frame {
                     Ok(frame) => frame?,
                     Err(_) => return Err(ConnectionError::Idle(limits.idle)),
                 },
                 _ = ctx.shutdown.cancelled() => return Ok(()),
             };
-            let Some(frame) = frame else { return Ok(()) };
+            let Some((frame, memory)) = frame else { return Ok(()) };
             let served = SESSION.scope(Arc::clone(&session), handle(&ctx, frame, &mut auth));
             let served = served.await?;
+            // The request's bytes are gone once it is answered.
+            drop(memory);
             if let Some(principal) = served.principal {
                 tracing::debug!(%peer, listener = %listener.name, %principal, "SASL authenticated");
                 session = Arc::new(Session {
@@ -245,6 +248,7 @@ async fn serve_stream<S: Transport>(
     .await;
     // Responses to the requests before a bad one (or before shutdown) still go out.
     let _ = stream.get_mut().flush().await;
+    let counters = &listener.counters;
     let listener = &listener.name;
     match result {
         Ok(()) => tracing::debug!(%peer, %listener, "connection closed"),
@@ -257,7 +261,21 @@ async fn serve_stream<S: Transport>(
         Err(e @ (ConnectionError::Unauthenticated(_) | ConnectionError::SaslHandshakeV0)) => {
             tracing::info!(%peer, %listener, error = %e, "closing connection")
         }
-        Err(e) => tracing::warn!(%peer, %listener, error = %e, "closing connection"),
+        Err(e @ ConnectionError::Storage(_)) => {
+            tracing::warn!(%peer, %listener, error = %e, "closing connection")
+        }
+        Err(e) => {
+            // A client that cannot speak the protocol (or a fuzzer) can open connections as
+            // fast as it likes: counted each time, named once a minute per address.
+            counters
+                .malformed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match ctx.limits.malformed.due(&peer.ip()) {
+                Some(suppressed) => tracing::warn!(%peer, %listener, error = %e, suppressed,
+                    "closing connection after a request that made no sense"),
+                None => tracing::debug!(%peer, %listener, error = %e, "closing connection"),
+            }
+        }
     }
 }
 
@@ -268,11 +286,14 @@ fn whole_frame_buffered(buffer: &[u8]) -> bool {
     }
 }
 
-/// Reads one frame; `None` at a clean end of stream.
+/// Reads one frame, with its share of `queued.max.request.bytes` (waited for before the
+/// body is read, so a request that does not fit stays unread in the socket); `None` at a
+/// clean end of stream.
 async fn read_frame<R: AsyncReadExt + Unpin>(
     reader: &mut R,
     max_request: usize,
-) -> Result<Option<BytesMut>, ConnectionError> {
+    limits: &crate::limits::Limits,
+) -> Result<Option<(BytesMut, OwnedSemaphorePermit)>, ConnectionError> {
     let mut size = [0u8; 4];
     match reader.read_exact(&mut size).await {
         Ok(_) => {}
@@ -292,6 +313,7 @@ async fn read_frame<R: AsyncReadExt + Unpin>(
     // Memory grows with the bytes that actually arrive, not with the size a client announces:
     // a client announcing 100 MiB and sending nothing costs one small buffer.
     let size = size as usize;
+    let memory = limits.request_memory(size).await;
     let mut frame = BytesMut::with_capacity(size.min(GROWTH));
     while frame.len() < size {
         frame.reserve((size - frame.len()).min(GROWTH));
@@ -300,7 +322,7 @@ async fn read_frame<R: AsyncReadExt + Unpin>(
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
         }
     }
-    Ok(Some(frame))
+    Ok(Some((frame, memory)))
 }
 
 /// Serves one request frame; returns the response frame unless the API sends none. Before

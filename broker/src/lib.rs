@@ -27,6 +27,7 @@ mod config;
 mod connection;
 mod dump;
 mod groups;
+mod limits;
 mod log;
 mod security;
 mod server;

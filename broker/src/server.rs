@@ -17,6 +17,7 @@ use crate::catalog::{Catalog, CatalogError};
 use crate::config::{BrokerConfig, ClientAuth, ListenerConfig};
 use crate::connection::{self, Listener};
 use crate::groups::GroupCoordinator;
+use crate::limits::{self, Limits};
 use crate::security::Authorizer;
 use crate::security::credentials::Credentials;
 use crate::security::tls::{self, TlsError};
@@ -149,6 +150,23 @@ impl Broker {
                 "socket_request_max_bytes and message_max_bytes must be positive".into(),
             ));
         }
+        if config.queued_max_request_bytes < config.socket_request_max_bytes as u64 {
+            return Err(BrokerError::Config(format!(
+                "queued_max_request_bytes ({}) is below socket_request_max_bytes ({}): a request \
+                 of the largest size allowed could never be read",
+                config.queued_max_request_bytes, config.socket_request_max_bytes
+            )));
+        }
+        if config.max_connections < 1 || config.max_connections_per_ip == Some(0) {
+            return Err(BrokerError::Config(
+                "max_connections and max_connections_per_ip must be at least 1".into(),
+            ));
+        }
+        if config.max_broker_partitions < 1 || config.max_partitions_per_topic < 1 {
+            return Err(BrokerError::Config(
+                "max_broker_partitions and max_partitions_per_topic must be at least 1".into(),
+            ));
+        }
         if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms {
             return Err(BrokerError::Config(format!(
                 "group_min_session_timeout_ms ({}) is above group_max_session_timeout_ms ({})",
@@ -170,6 +188,7 @@ impl Broker {
             source,
         })?;
         let listener_configs = listener_configs(&config)?;
+        let limits = Arc::new(Limits::new(&config, limits::raise_descriptor_limit()));
         // TLS files are read before anything is bound, so a bad one stops nothing half-started.
         let mut bound = Vec::new();
         for listener in &listener_configs {
@@ -201,6 +220,7 @@ impl Broker {
         // Recovery reads the active segments: blocking work, off the async threads.
         let loaded = {
             let config = config.clone();
+            let limits = Arc::clone(&limits);
             tokio::task::spawn_blocking(move || -> Result<Loaded, BrokerError> {
                 let catalog = Catalog::open(&config.data_dir)?;
                 let cluster_id = catalog.cluster_id()?;
@@ -212,10 +232,10 @@ impl Broker {
                         path: marker.clone(),
                         source,
                     })?;
-                } else {
+                } else if !catalog.topics()?.is_empty() {
                     tracing::info!("no clean shutdown marker: checking every segment");
                 }
-                let topics = Topics::open(config.clone(), catalog, clean_shutdown)?;
+                let topics = Topics::open(config.clone(), catalog, clean_shutdown, limits)?;
                 let groups = GroupCoordinator::load(&config, topics.catalog())?;
                 // Transactions decided before a stop get their markers (again) before
                 // any client is served.
@@ -240,6 +260,7 @@ impl Broker {
             .map(|(_, _, settings)| Arc::clone(&settings.counters))
             .collect();
         let ctx = Arc::new(Context {
+            limits,
             stats: Counters::new(listener_counters),
             topics,
             groups,
@@ -405,6 +426,19 @@ async fn accept(
         };
         match accepted {
             Ok((stream, peer)) => {
+                let slot = match ctx.limits.connect(peer.ip()) {
+                    Ok(slot) => slot,
+                    Err(refusal) => {
+                        // Closed at once: the client sees the connection fail and retries
+                        // with its backoff, rather than waiting in the accept queue.
+                        listener.counters.refused.fetch_add(1, Relaxed);
+                        if let Some(suppressed) = ctx.limits.refusals.due(&refusal) {
+                            tracing::warn!(%peer, listener = %listener.name, suppressed, "connection refused: {refusal}");
+                        }
+                        drop(stream);
+                        continue;
+                    }
+                };
                 tracing::debug!(%peer, listener = %listener.name, "connection accepted");
                 let counters = Arc::clone(&listener.counters);
                 counters.accepted.fetch_add(1, Relaxed);
@@ -417,12 +451,27 @@ async fn accept(
                 );
                 tracker.spawn(async move {
                     serve.await;
+                    drop(slot);
                     counters.closed.fetch_add(1, Relaxed);
                 });
             }
             Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
+                // Out of file descriptors and the like: back off instead of spinning, and
+                // say what to do once a minute rather than every time.
+                listener.counters.refused.fetch_add(1, Relaxed);
+                let exhausted = matches!(e.raw_os_error(), Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE);
+                let key = if exhausted { "descriptors" } else { "accept" };
+                if let Some(suppressed) = ctx.limits.exhausted.due(&key) {
+                    if exhausted {
+                        tracing::error!(listener = %listener.name, error = %e, suppressed,
+                            open_connections = ctx.limits.open_connections(),
+                            "cannot accept connections: out of file descriptors; raise `ulimit -n` \
+                             (LimitNOFILE= under systemd), lower max_connections, or host fewer \
+                             partitions");
+                    } else {
+                        tracing::warn!(listener = %listener.name, error = %e, suppressed, "accept failed");
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use crate::catalog::{Catalog, CatalogError, TopicRecord};
 use crate::config::BrokerConfig;
+use crate::limits::Limits;
 use crate::log::{PartitionLog, StorageError};
 use crate::stats::TopicCounters;
 use crate::topic_config::{LogConfig, TopicConfigError};
@@ -32,6 +33,9 @@ pub(crate) enum TopicError {
     Storage(#[from] StorageError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    /// A limit of the broker's (partitions, file descriptors) would be passed.
+    #[error("topic `{0}`: {1}")]
+    Limit(String, String),
 }
 
 impl TopicError {
@@ -45,7 +49,8 @@ impl TopicError {
             TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
             TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
             TopicError::Storage(_) => ResponseError::KafkaStorageError,
-            TopicError::Catalog(_) => ResponseError::UnknownServerError,
+            TopicError::Catalog(e) => e.response_error(),
+            TopicError::Limit(..) => ResponseError::PolicyViolation,
         }
     }
 }
@@ -128,6 +133,7 @@ pub(crate) struct Topics {
     broker: BrokerConfig,
     catalog: Arc<Catalog>,
     topics: RwLock<Registry>,
+    limits: Arc<Limits>,
 }
 
 /// Kafka's rule for topic names.
@@ -157,6 +163,7 @@ impl Topics {
         broker: BrokerConfig,
         catalog: Catalog,
         clean_shutdown: bool,
+        limits: Arc<Limits>,
     ) -> Result<Topics, TopicError> {
         let mut topics = Registry::default();
         for record in catalog.topics()? {
@@ -184,7 +191,60 @@ impl Topics {
             broker,
             catalog: Arc::new(catalog),
             topics: RwLock::new(topics),
+            limits,
         })
+    }
+
+    /// Checks that `adding` partitions more fit the broker's limits, the topic growing to
+    /// `topic_total`; `registry` is the locked registry, so that two creations cannot both
+    /// pass the check with room for one.
+    fn check_room(
+        &self,
+        registry: &Registry,
+        name: &str,
+        adding: i32,
+        topic_total: i32,
+    ) -> Result<(), TopicError> {
+        let hosted: usize = registry.values().map(|t| t.partitions.len()).sum();
+        self.limits
+            .check_partitions(hosted as u64, adding as u64, topic_total as u64)
+            .map_err(|why| TopicError::Limit(name.to_owned(), why))
+    }
+
+    /// Opens partitions `range` of a new or growing topic; when one fails, the directories of
+    /// those already made are removed again, so a refusal leaves nothing behind.
+    fn open_new_partitions(
+        &self,
+        name: &str,
+        range: std::ops::Range<i32>,
+        config: &LogConfig,
+    ) -> Result<Vec<Arc<Partition>>, TopicError> {
+        let mut opened = Vec::new();
+        for index in range.clone() {
+            let result = remove_stale_dir(&self.broker, name, index)
+                .and_then(|()| open_partition(&self.broker, name, index, config.clone(), true));
+            match result {
+                Ok(partition) => opened.push(partition),
+                Err(e) => {
+                    drop(opened);
+                    self.remove_partition_dirs(name, range.start..index + 1);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(opened)
+    }
+
+    /// Removes what partitions `range` of `name` left on disk, after a failed creation.
+    fn remove_partition_dirs(&self, name: &str, range: std::ops::Range<i32>) {
+        for index in range {
+            let dir = partition_dir(&self.broker, name, index);
+            if let Err(e) = std::fs::remove_dir_all(&dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::error!(dir = %dir.display(), error = %e, "cannot remove the directory of a partition whose creation failed");
+            }
+        }
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Registry> {
@@ -276,6 +336,7 @@ impl Topics {
         if topics.contains_key(name) {
             return Err(TopicError::AlreadyExists(name.to_owned()));
         }
+        self.check_room(&topics, name, partitions, partitions)?;
         let record = TopicRecord {
             name: name.to_owned(),
             id: Uuid::new_v4(),
@@ -284,17 +345,12 @@ impl Topics {
         };
         let mut parts = Vec::new();
         if !validate_only {
-            for index in 0..partitions {
-                remove_stale_dir(&self.broker, name, index)?;
-                parts.push(open_partition(
-                    &self.broker,
-                    name,
-                    index,
-                    config.clone(),
-                    true,
-                )?);
+            parts = self.open_new_partitions(name, 0..partitions, &config)?;
+            if let Err(e) = self.catalog.create_topic(&record) {
+                drop(parts);
+                self.remove_partition_dirs(name, 0..partitions);
+                return Err(e.into());
             }
-            self.catalog.create_topic(&record)?;
         }
         let topic = Arc::new(Topic {
             name: record.name,
@@ -353,22 +409,18 @@ impl Topics {
                 format!("topic has {current} partitions; the count can only grow"),
             ));
         }
+        self.check_room(&topics, name, count - current, count)?;
         if validate_only {
             return Ok(());
         }
         let config = LogConfig::resolve(&self.broker, &topic.configs)?;
         let mut partitions = topic.partitions.clone();
-        for index in current..count {
-            remove_stale_dir(&self.broker, name, index)?;
-            partitions.push(open_partition(
-                &self.broker,
-                name,
-                index,
-                config.clone(),
-                true,
-            )?);
+        partitions.extend(self.open_new_partitions(name, current..count, &config)?);
+        if let Err(e) = self.catalog.set_partitions(name, count) {
+            drop(partitions);
+            self.remove_partition_dirs(name, current..count);
+            return Err(e.into());
         }
-        self.catalog.set_partitions(name, count)?;
         let grown = Topic {
             name: topic.name.clone(),
             id: topic.id,

@@ -33,7 +33,7 @@ fn check_capacities(
     if transaction_capacity == 0 || transaction_capacity > u32::MAX as usize {
         return Err(cfg.error_at(
             "transaction_capacity",
-            "`transaction_capacity` must be at least 1",
+            format!("`transaction_capacity` must be between 1 and {}", u32::MAX),
         ));
     }
     if transaction_capacity > capacity {

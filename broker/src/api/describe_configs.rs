@@ -157,9 +157,22 @@ fn broker_entries(ctx: &Context) -> Vec<ConfigEntry> {
         entry("log.retention.ms", c.log_retention_ms.to_string(), LONG),
         entry("log.roll.ms", c.log_roll_ms.to_string(), LONG),
         entry("log.segment.bytes", c.log_segment_bytes.to_string(), INT),
+        entry("max.connections", c.max_connections.to_string(), INT),
+        entry(
+            "max.connections.per.ip",
+            c.max_connections_per_ip
+                .unwrap_or(i32::MAX as u32)
+                .to_string(),
+            INT,
+        ),
         entry("message.max.bytes", c.message_max_bytes.to_string(), INT),
         entry("node.id", c.node_id.to_string(), INT),
         entry("num.partitions", c.num_partitions.to_string(), INT),
+        entry(
+            "queued.max.request.bytes",
+            c.queued_max_request_bytes.to_string(),
+            LONG,
+        ),
         entry(
             "socket.request.max.bytes",
             c.socket_request_max_bytes.to_string(),

@@ -96,6 +96,8 @@ pub(crate) struct Context {
     pub(crate) cluster_id: String,
     /// The request and connection counters (see [`crate::stats`]).
     pub(crate) stats: Counters,
+    /// Connection, memory and partition limits (see [`crate::limits`]).
+    pub(crate) limits: Arc<crate::limits::Limits>,
 }
 
 impl Context {
@@ -206,7 +208,14 @@ impl Context {
         }
         self.topics.get_or_create(name, create).map_err(|e| {
             if !matches!(e, TopicError::Unknown(_)) {
-                tracing::debug!(topic = name, error = %e, "topic auto-creation failed");
+                // Named once a minute per cause, not per request: clients ask again and again.
+                let cause = std::mem::discriminant(&e);
+                match self.limits.auto_create_failures.due(&cause) {
+                    Some(suppressed) => {
+                        tracing::warn!(topic = name, error = %e, suppressed, "topic auto-creation failed")
+                    }
+                    None => tracing::debug!(topic = name, error = %e, "topic auto-creation failed"),
+                }
             }
             e.response_error()
         })
@@ -553,7 +562,14 @@ pub(crate) mod tests {
             data_dir: dir.to_path_buf(),
             ..Default::default()
         };
-        let topics = Topics::open(config.clone(), Catalog::open(dir).unwrap(), true).unwrap();
+        let limits = Arc::new(crate::limits::Limits::new(&config, None));
+        let topics = Topics::open(
+            config.clone(),
+            Catalog::open(dir).unwrap(),
+            true,
+            Arc::clone(&limits),
+        )
+        .unwrap();
         let groups = GroupCoordinator::load(&config, topics.catalog()).unwrap();
         let txns = TxnCoordinator::load(&config, topics.catalog()).unwrap();
         txns.recover(&topics);
@@ -572,6 +588,7 @@ pub(crate) mod tests {
             port: 9092,
             cluster_id: "test-cluster".into(),
             stats: Counters::new(Vec::new()),
+            limits,
         })
     }
 

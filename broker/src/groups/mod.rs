@@ -267,7 +267,7 @@ impl GroupCoordinator {
             // A topic deleted in between fails its foreign key, or the disk failed.
             tracing::error!(group = group_id, error = %e, "cannot store committed offsets");
             for answer in answers.iter_mut().filter(|a| a.is_none()) {
-                *answer = Some(ResponseError::UnknownServerError);
+                *answer = Some(e.response_error());
             }
         }
         drop(groups);
@@ -407,7 +407,7 @@ impl GroupCoordinator {
         }
         if let Err(e) = self.catalog.delete_group(group_id) {
             tracing::error!(group = group_id, error = %e, "cannot delete the group");
-            return Some(ResponseError::UnknownServerError);
+            return Some(e.response_error());
         }
         group.kill();
         groups.remove(group_id);
@@ -445,7 +445,7 @@ impl GroupCoordinator {
         }
         if let Err(e) = self.catalog.delete_offsets(group_id, &deletable) {
             tracing::error!(group = group_id, error = %e, "cannot delete offsets");
-            return Err(ResponseError::UnknownServerError);
+            return Err(e.response_error());
         }
         Ok(answers)
     }

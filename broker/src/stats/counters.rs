@@ -46,6 +46,10 @@ pub(crate) struct ListenerCounters {
     pub(crate) name: String,
     pub(crate) accepted: AtomicU64,
     pub(crate) closed: AtomicU64,
+    /// Connections refused by a connection limit or for want of file descriptors.
+    pub(crate) refused: AtomicU64,
+    /// Connections closed because a request could not be made sense of.
+    pub(crate) malformed: AtomicU64,
 }
 
 impl ListenerCounters {
@@ -54,6 +58,8 @@ impl ListenerCounters {
             name,
             accepted: AtomicU64::new(0),
             closed: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            malformed: AtomicU64::new(0),
         }
     }
 }

@@ -65,6 +65,8 @@ pub struct BrokerStats {
     pub groups: Vec<GroupStats>,
     /// The open transactions (Ongoing, PrepareCommit, PrepareAbort), by transactional id.
     pub transactions: Vec<TransactionStats>,
+    /// Bytes of requests read and not yet answered (bounded by `queued_max_request_bytes`).
+    pub queued_request_bytes: u64,
 }
 
 /// One partition's log.
@@ -165,6 +167,12 @@ pub struct ListenerStats {
     pub accepted: u64,
     /// Connections closed since start, by either side.
     pub closed: u64,
+    /// Connections refused since start: a connection limit was reached, or the broker was out
+    /// of file descriptors.
+    pub refused: u64,
+    /// Connections closed since start because a request could not be made sense of (a bad
+    /// size, an unknown API or version, a body that does not decode).
+    pub malformed: u64,
 }
 
 /// A consumer group.
@@ -286,6 +294,7 @@ impl BrokerObserver {
             groups,
             transactions: self.transactions(),
             partitions,
+            queued_request_bytes: self.ctx.limits.queued_request_bytes(),
         }
     }
 
@@ -397,6 +406,8 @@ impl BrokerObserver {
                     open: accepted.saturating_sub(closed),
                     accepted,
                     closed,
+                    refused: l.refused.load(Relaxed),
+                    malformed: l.malformed.load(Relaxed),
                 }
             })
             .collect()

@@ -17,6 +17,9 @@
 //! | `kafka_connections` | gauge | listener | connections open now |
 //! | `kafka_connections_accepted_total` | counter | listener | connections accepted |
 //! | `kafka_connections_closed_total` | counter | listener | connections closed |
+//! | `kafka_connections_refused_total` | counter | listener | connections refused by a limit or for want of descriptors |
+//! | `kafka_connections_malformed_total` | counter | listener | connections closed for a request that made no sense |
+//! | `kafka_queued_request_bytes` | gauge | | bytes of requests read and not yet answered |
 //! | `kafka_group_members` | gauge | group, state | members of a group |
 //! | `kafka_group_committed_offset` | gauge | group, topic, partition | committed offset |
 //! | `kafka_group_lag` | gauge | group, topic, partition | high watermark minus committed offset |
@@ -254,6 +257,36 @@ fn encode_connections(
         MetricType::Counter,
         rows,
         counter,
+    )?;
+    let rows = stats.connections.iter().map(|l| (labels(l), l.refused));
+    family(
+        encoder,
+        "kafka_connections_refused",
+        "Client connections refused by a connection limit or for want of file descriptors, by listener.",
+        MetricType::Counter,
+        rows,
+        counter,
+    )?;
+    let rows = stats.connections.iter().map(|l| (labels(l), l.malformed));
+    family(
+        encoder,
+        "kafka_connections_malformed",
+        "Client connections closed because a request could not be made sense of, by listener.",
+        MetricType::Counter,
+        rows,
+        counter,
+    )?;
+    let rows = [(
+        Vec::new(),
+        i64::try_from(stats.queued_request_bytes).unwrap_or(i64::MAX),
+    )];
+    family(
+        encoder,
+        "kafka_queued_request_bytes",
+        "Bytes of requests read and not yet answered (bounded by queued_max_request_bytes).",
+        MetricType::Gauge,
+        rows,
+        gauge,
     )
 }
 

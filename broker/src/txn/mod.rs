@@ -568,7 +568,7 @@ impl TxnCoordinator {
             .map_err(|e| {
                 tracing::error!(transactional_id, group = group_id, error = %e,
                     "cannot stage transactional offsets");
-                ResponseError::UnknownServerError
+                e.response_error()
             })
     }
 

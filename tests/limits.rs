@@ -1,0 +1,499 @@
+//! The broker's limits, on the real `agent broker`: topics past the file descriptor budget
+//! refused before anything is created, connection limits, the memory held by requests
+//! bounded by `queued_max_request_bytes` however many huge frames clients leave half-sent,
+//! and the errors a full disk gets.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    GroupId, MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
+    RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+mod harness;
+
+use harness::{Tmpfs, free_port, http_get, wait_until};
+
+/// `agent broker` on a free port with `settings` (YAML lines), under `ulimit -n` when given.
+struct Broker {
+    child: Child,
+    dir: PathBuf,
+    address: SocketAddr,
+    http: String,
+}
+
+impl Broker {
+    fn start(dir: &Path, settings: &str, descriptor_limit: Option<u32>) -> Broker {
+        Broker::start_on(dir, &dir.join("data"), settings, descriptor_limit)
+    }
+
+    /// Like `start`, with the broker's data directory at `data`.
+    fn start_on(dir: &Path, data: &Path, settings: &str, descriptor_limit: Option<u32>) -> Broker {
+        let port = free_port();
+        let http = format!("127.0.0.1:{}", free_port());
+        let config = dir.join("broker.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen: 127.0.0.1:{port}\ndata_dir: {}\nhttp: {http}\n{settings}",
+                data.display()
+            ),
+        )
+        .unwrap();
+        let agent = env!("CARGO_BIN_EXE_agent");
+        let mut command = match descriptor_limit {
+            // Soft and hard: the broker cannot raise it.
+            Some(limit) => {
+                let mut c = Command::new("bash");
+                c.arg("-c")
+                    .arg(format!(
+                        "ulimit -n {limit} && exec \"$0\" broker --config \"$1\""
+                    ))
+                    .arg(agent)
+                    .arg(&config);
+                c
+            }
+            None => {
+                let mut c = Command::new(agent);
+                c.args(["broker", "--config"]).arg(&config);
+                c
+            }
+        };
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("broker.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let broker = Broker {
+            child,
+            dir: dir.to_owned(),
+            address,
+            http,
+        };
+        wait_until(Duration::from_secs(30), "the broker to listen", || {
+            TcpStream::connect(&broker.http).is_ok()
+        });
+        broker
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("broker.log")).unwrap_or_default()
+    }
+
+    fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(self.address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// The value of a metric line starting with `prefix` on `/metrics`.
+    fn metric(&self, prefix: &str) -> f64 {
+        let (status, body) = http_get(&self.http, "/metrics");
+        assert_eq!(status, 200);
+        body.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {prefix} in:\n{body}"))
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn frame<R: Encodable>(key: ApiKey, version: i16, request: &R) -> Vec<u8> {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("limits-test")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, key.request_header_version(version))
+        .unwrap();
+    request.encode(&mut body, version).unwrap();
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.put_u32(body.len() as u32);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Sends a request and decodes its response; `None` when the broker closed the connection.
+fn call<Req: Encodable, Resp: Decodable>(
+    stream: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    request: &Req,
+) -> Option<Resp> {
+    stream.write_all(&frame(key, version, request)).ok()?;
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).ok()?;
+    let mut buf = vec![0u8; u32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut buf).ok()?;
+    let mut buf = Bytes::from(buf);
+    let header = ResponseHeader::decode(&mut buf, key.response_header_version(version)).unwrap();
+    assert_eq!(header.correlation_id, 7);
+    let response = Resp::decode(&mut buf, version).unwrap();
+    assert!(!buf.has_remaining());
+    Some(response)
+}
+
+fn api_versions(stream: &mut TcpStream) -> Option<ApiVersionsResponse> {
+    call(
+        stream,
+        ApiKey::ApiVersions,
+        0,
+        &ApiVersionsRequest::default(),
+    )
+}
+
+fn partition_dirs(data: &Path) -> Vec<String> {
+    let mut dirs: Vec<String> = std::fs::read_dir(data)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Under `ulimit -n 1024`, 400 topics named in Metadata used to leave orphan partition
+/// directories behind and then fail produce with KAFKA_STORAGE_ERROR, logging nothing; a
+/// CreateTopics of 100,000 partitions created hundreds of directories before refusing.
+#[test]
+fn topics_past_the_descriptor_budget_are_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(dir.path(), "", Some(1024));
+    let mut stream = broker.connect();
+    let mut created = Vec::new();
+    let mut refused = Vec::new();
+    for i in 0..400 {
+        let name = format!("auto-{i:03}");
+        let request = MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(name.clone())))),
+            ]))
+            .with_allow_auto_topic_creation(true);
+        let response: MetadataResponse =
+            call(&mut stream, ApiKey::Metadata, 9, &request).expect("a Metadata response");
+        let code = response.topics[0].error_code;
+        match code {
+            0 => created.push(name),
+            // POLICY_VIOLATION: a limit of the broker's.
+            44 => refused.push(name),
+            other => panic!("topic {name}: error code {other}\n{}", broker.log()),
+        }
+    }
+    assert!(
+        created.len() >= 50,
+        "only {} topics fit 1024 descriptors:\n{}",
+        created.len(),
+        broker.log()
+    );
+    assert!(
+        !refused.is_empty(),
+        "nothing was refused under 1024 descriptors"
+    );
+
+    // Nothing orphaned: one directory per partition of a topic that exists.
+    let expected: Vec<String> = created.iter().map(|t| format!("{t}-0")).collect();
+    assert_eq!(partition_dirs(&broker.dir.join("data")), expected);
+
+    // Said once, with what to do, not once per refused topic.
+    let log = broker.log();
+    assert_eq!(
+        log.matches("not enough file descriptors").count(),
+        1,
+        "the cause is logged once:\n{log}"
+    );
+    assert!(log.contains("ulimit -n"), "{log}");
+
+    // A topic past the per-topic cap is refused before any directory exists.
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![
+            CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("huge")))
+                .with_num_partitions(100_000)
+                .with_replication_factor(1),
+        ])
+        .with_timeout_ms(5000);
+    let response: CreateTopicsResponse =
+        call(&mut stream, ApiKey::CreateTopics, 5, &request).expect("a CreateTopics response");
+    let topic = &response.topics[0];
+    assert_eq!(topic.error_code, 44);
+    let message = topic
+        .error_message
+        .as_deref()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("max_partitions_per_topic"),
+        "the refusal names its bound: {message}"
+    );
+    assert!(!broker.dir.join("data/huge-0").exists());
+
+    // The broker still serves: new connections and the topics it has.
+    let mut fresh = broker.connect();
+    assert!(api_versions(&mut fresh).is_some());
+    let request = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+            TopicName(StrBytes::from_string(created[0].clone())),
+        ))]))
+        .with_allow_auto_topic_creation(false);
+    let response: MetadataResponse = call(&mut fresh, ApiKey::Metadata, 9, &request).unwrap();
+    assert_eq!(response.topics[0].error_code, 0);
+}
+
+/// Past `max_connections` and `max_connections_per_ip` a connection is closed at once and
+/// counted, an address with an override gets its own bound, and a freed slot is reused.
+#[test]
+fn connections_past_the_limits_are_closed_at_once_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(
+        dir.path(),
+        "max_connections: 6\nmax_connections_per_ip: 2\nmax_connections_per_ip_overrides:\n  127.0.0.2: 3\n",
+        None,
+    );
+    let from = |source: &str| {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let stream = runtime
+            .block_on(socket.connect(broker.address))
+            .unwrap()
+            .into_std()
+            .unwrap();
+        stream.set_nonblocking(false).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+    };
+    let served = |stream: &mut TcpStream| api_versions(stream).is_some();
+
+    let mut first: Vec<TcpStream> = (0..2).map(|_| from("127.0.0.1")).collect();
+    for stream in &mut first {
+        assert!(served(stream), "{}", broker.log());
+    }
+    let mut third = from("127.0.0.1");
+    assert!(
+        !served(&mut third),
+        "a third connection from 127.0.0.1 is closed"
+    );
+
+    // 127.0.0.2 has an override of 3.
+    let mut other: Vec<TcpStream> = (0..3).map(|_| from("127.0.0.2")).collect();
+    for stream in &mut other {
+        assert!(served(stream));
+    }
+    assert!(!served(&mut from("127.0.0.2")));
+
+    // Five open; the sixth (from a third address) fits, a seventh does not.
+    let mut sixth = from("127.0.0.3");
+    assert!(served(&mut sixth));
+    assert!(!served(&mut from("127.0.0.4")), "max_connections is 6");
+
+    // A freed slot is taken again.
+    let closed = first.pop().unwrap();
+    closed.shutdown(Shutdown::Both).unwrap();
+    drop(closed);
+    wait_until(Duration::from_secs(10), "the slot to be freed", || {
+        served(&mut from("127.0.0.1"))
+    });
+
+    let refused = broker.metric("kafka_connections_refused_total{");
+    assert!(refused >= 3.0, "refusals counted: {refused}");
+    let log = broker.log();
+    assert!(log.contains("connection refused"), "{log}");
+    assert!(log.contains("max_connections_per_ip"), "{log}");
+}
+
+/// Eight clients each announce a 96 MiB request and send all of it but the last byte: with
+/// no bound the broker held every byte (RSS from 94 to 957 MiB). With
+/// `queued_max_request_bytes` it reads one and leaves the others unread in their sockets.
+#[test]
+fn memory_held_by_half_sent_requests_is_bounded_by_queued_max_request_bytes() {
+    const FRAME: usize = 96 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(
+        dir.path(),
+        &format!("queued_max_request_bytes: {}\n", 128 << 20),
+        None,
+    );
+    let base = broker.rss_kib();
+    let mut writers = Vec::new();
+    let mut sockets = Vec::new();
+    for _ in 0..8 {
+        let stream = broker.connect();
+        sockets.push(stream.try_clone().unwrap());
+        writers.push(std::thread::spawn(move || {
+            let mut stream = stream;
+            let _ = stream.write_all(&(FRAME as u32).to_be_bytes());
+            // An ApiVersions header, then filler: never finished.
+            let mut header = vec![0u8, 18, 0, 0, 0, 0, 0, 7];
+            header.resize(1 << 20, b'x');
+            let mut sent = 0;
+            while sent + header.len() < FRAME {
+                if stream.write_all(&header).is_err() {
+                    return;
+                }
+                sent += header.len();
+            }
+            let rest = vec![b'x'; FRAME - sent - 1];
+            let _ = stream.write_all(&rest);
+        }));
+    }
+    // One frame is read whole but for its last byte; wait for that, then a while more.
+    wait_until(Duration::from_secs(60), "one request to be held", || {
+        broker.metric("kafka_queued_request_bytes ") >= (FRAME as f64) * 0.99
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let held = broker.metric("kafka_queued_request_bytes ");
+    let rss = broker.rss_kib();
+    assert!(
+        held <= (128 << 20) as f64,
+        "request bytes held: {held}, above queued_max_request_bytes"
+    );
+    // One 96 MiB frame and buffers: far below the 8 × 96 MiB the clients announced.
+    let grown_mib = rss.saturating_sub(base) / 1024;
+    assert!(
+        grown_mib < 128 + 48,
+        "RSS grew by {grown_mib} MiB with queued_max_request_bytes of 128 MiB"
+    );
+    for socket in &sockets {
+        let _ = socket.shutdown(Shutdown::Both);
+    }
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    // Once they are gone, the broker serves again.
+    let mut fresh = broker.connect();
+    wait_until(Duration::from_secs(10), "the broker to serve again", || {
+        api_versions(&mut fresh).is_some() || {
+            fresh = broker.connect();
+            false
+        }
+    });
+}
+
+fn create_topic(stream: &mut TcpStream, name: &str) -> (i16, String) {
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![
+            CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(name.to_owned())))
+                .with_num_partitions(1)
+                .with_replication_factor(1),
+        ])
+        .with_timeout_ms(5000);
+    let response: CreateTopicsResponse =
+        call(stream, ApiKey::CreateTopics, 5, &request).expect("a CreateTopics response");
+    let topic = &response.topics[0];
+    (
+        topic.error_code,
+        topic
+            .error_message
+            .as_deref()
+            .unwrap_or_default()
+            .to_owned(),
+    )
+}
+
+fn commit_offset(stream: &mut TcpStream, topic: &str, offset: i64) -> i16 {
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("standalone")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset),
+                ]),
+        ]);
+    let response: OffsetCommitResponse =
+        call(stream, ApiKey::OffsetCommit, 2, &request).expect("an OffsetCommit response");
+    response.topics[0].partitions[0].error_code
+}
+
+/// A full disk used to answer CreateTopics and OffsetCommit with UNKNOWN_SERVER_ERROR; the
+/// disk is the cause, so the answer is KAFKA_STORAGE_ERROR, nothing is left behind, and
+/// both work again once there is room. A new, empty data directory is not "recovered".
+#[test]
+fn a_full_disk_answers_storage_errors_and_leaves_nothing_behind() {
+    const KAFKA_STORAGE_ERROR: i16 = 56;
+    let disk = Tmpfs::mount(16);
+    let dir = tempfile::tempdir().unwrap();
+    let data = disk.path.join("broker");
+    let broker = Broker::start_on(dir.path(), &data, "", None);
+    assert!(
+        !broker.log().contains("clean shutdown marker"),
+        "a fresh directory has nothing to recover:\n{}",
+        broker.log()
+    );
+    let mut stream = broker.connect();
+    assert_eq!(create_topic(&mut stream, "before").0, 0);
+    assert_eq!(commit_offset(&mut stream, "before", 0), 0);
+
+    // Someone else's file takes every byte left.
+    let filler = disk.path.join("filler");
+    {
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 1 << 16];
+        while file.write_all(&chunk).is_ok() {}
+        while file.write_all(&chunk[..512]).is_ok() {}
+        while file.write_all(&chunk[..1]).is_ok() {}
+    }
+    let (code, message) = create_topic(&mut stream, "during");
+    assert_eq!(code, KAFKA_STORAGE_ERROR, "{message}\n{}", broker.log());
+    assert!(
+        !data.join("during-0").exists(),
+        "nothing left of the refused topic"
+    );
+    assert_eq!(
+        commit_offset(&mut stream, "before", 1),
+        KAFKA_STORAGE_ERROR,
+        "{}",
+        broker.log()
+    );
+
+    std::fs::remove_file(&filler).unwrap();
+    assert_eq!(create_topic(&mut stream, "during").0, 0);
+    assert_eq!(commit_offset(&mut stream, "before", 1), 0);
+}
