@@ -1,7 +1,7 @@
 //! The broker's limits, on the real `agent broker`: topics past the file descriptor budget
 //! refused before anything is created, connection limits, the memory held by requests
 //! bounded by `queued_max_request_bytes` however many huge frames clients leave half-sent,
-//! and the errors a full disk gets.
+//! the errors a full disk gets, and byte-rate quotas.
 
 #![allow(clippy::unwrap_used)]
 
@@ -17,12 +17,17 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     GroupId, MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
     RequestHeader, ResponseHeader, TopicName,
 };
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 mod harness;
 
@@ -132,12 +137,12 @@ impl Drop for Broker {
     }
 }
 
-fn frame<R: Encodable>(key: ApiKey, version: i16, request: &R) -> Vec<u8> {
+fn frame_as<R: Encodable>(client_id: &str, key: ApiKey, version: i16, request: &R) -> Vec<u8> {
     let header = RequestHeader::default()
         .with_request_api_key(key as i16)
         .with_request_api_version(version)
         .with_correlation_id(7)
-        .with_client_id(Some(StrBytes::from_static_str("limits-test")));
+        .with_client_id(Some(StrBytes::from_string(client_id.to_owned())));
     let mut body = BytesMut::new();
     header
         .encode(&mut body, key.request_header_version(version))
@@ -156,7 +161,19 @@ fn call<Req: Encodable, Resp: Decodable>(
     version: i16,
     request: &Req,
 ) -> Option<Resp> {
-    stream.write_all(&frame(key, version, request)).ok()?;
+    call_as("limits-test", stream, key, version, request)
+}
+
+fn call_as<Req: Encodable, Resp: Decodable>(
+    client_id: &str,
+    stream: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    request: &Req,
+) -> Option<Resp> {
+    stream
+        .write_all(&frame_as(client_id, key, version, request))
+        .ok()?;
     let mut size = [0u8; 4];
     stream.read_exact(&mut size).ok()?;
     let mut buf = vec![0u8; u32::from_be_bytes(size) as usize];
@@ -496,4 +513,96 @@ fn a_full_disk_answers_storage_errors_and_leaves_nothing_behind() {
     std::fs::remove_file(&filler).unwrap();
     assert_eq!(create_topic(&mut stream, "during").0, 0);
     assert_eq!(commit_offset(&mut stream, "before", 1), 0);
+}
+
+/// A Produce v9 request of one batch of `count` records of `len` bytes to partition 0.
+fn produce_request(topic: &str, count: usize, len: usize) -> ProduceRequest {
+    let records: Vec<Record> = (0..count)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: -1,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::from(vec![b'v'; len])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut batch = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut batch,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(batch.freeze())),
+                ]),
+        ])
+}
+
+/// A client over its `producer_byte_rate` gets `throttle_time_ms` as Kafka computes it, and
+/// its connection reads nothing more for that long; another client id is not held back.
+#[test]
+fn a_client_over_its_produce_quota_is_throttled_and_others_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    // 100 KiB/s, measured over two one-second samples.
+    let broker = Broker::start(
+        dir.path(),
+        "client_quotas:\n  limited:\n    producer_byte_rate: 102400\nquota_window_num: 2\n",
+        None,
+    );
+    let request = produce_request("quota", 200, 1024);
+    let mut free = broker.connect();
+    let response: ProduceResponse =
+        call_as("free", &mut free, ApiKey::Produce, 9, &request).unwrap();
+    assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    assert_eq!(response.throttle_time_ms, 0);
+
+    // About 200 KiB in the first second: twice the quota, so about a second of throttle.
+    let mut limited = broker.connect();
+    let response: ProduceResponse =
+        call_as("limited", &mut limited, ApiKey::Produce, 9, &request).unwrap();
+    assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    let throttle = response.throttle_time_ms;
+    assert!(
+        (500..=2000).contains(&throttle),
+        "throttle_time_ms {throttle} for twice the quota over one second"
+    );
+    // The connection waits out the throttle before reading the next request.
+    let asked = std::time::Instant::now();
+    let _: ApiVersionsResponse = call_as(
+        "limited",
+        &mut limited,
+        ApiKey::ApiVersions,
+        0,
+        &ApiVersionsRequest::default(),
+    )
+    .unwrap();
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(throttle as u64 * 8 / 10),
+        "answered after {waited:?}, throttled for {throttle} ms"
+    );
+    // The other client id is still served at once, with no throttle.
+    let response: ProduceResponse =
+        call_as("free", &mut free, ApiKey::Produce, 9, &request).unwrap();
+    assert_eq!(response.throttle_time_ms, 0);
 }

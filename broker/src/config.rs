@@ -97,6 +97,15 @@ pub struct BrokerConfig {
     pub max_broker_partitions: u32,
     /// Partitions one topic may have at most. Default 10000.
     pub max_partitions_per_topic: u32,
+    /// Byte-rate quotas by client id: `{producer_byte_rate, consumer_byte_rate}` for each,
+    /// `<default>` for every client id without its own (Kafka's client-id quotas, set with
+    /// `kafka-configs --entity-type clients`). A client over its quota gets `throttle_time_ms`
+    /// and its connection waits that long. Default none.
+    pub client_quotas: BTreeMap<String, crate::quotas::ClientQuota>,
+    /// Samples a quota's rate is measured over (Kafka `quota.window.num`). Default 11.
+    pub quota_window_num: u32,
+    /// Length of one sample, in seconds (Kafka `quota.window.size.seconds`). Default 1.
+    pub quota_window_size_seconds: u32,
     /// Fsync a partition after this many records (Kafka `log.flush.interval.messages`, topic
     /// `flush.messages`). Default: never; the page cache and the OS decide.
     pub log_flush_interval_messages: Option<i64>,
@@ -178,6 +187,9 @@ impl Default for BrokerConfig {
             queued_max_request_bytes: 512 << 20,
             max_broker_partitions: 10_000,
             max_partitions_per_topic: 10_000,
+            client_quotas: BTreeMap::new(),
+            quota_window_num: 11,
+            quota_window_size_seconds: 1,
             log_flush_interval_messages: None,
             log_flush_interval_ms: None,
             producer_id_expiration_ms: 86_400_000,

@@ -181,8 +181,10 @@ pub(crate) async fn serve(
 }
 
 /// What serving one request gave.
-struct Served {
+pub(crate) struct Served {
     response: Option<Frame>,
+    /// How long to wait before reading the next request: the client is over its quota.
+    muted: Duration,
     /// The connection authenticated with this request.
     principal: Option<crate::security::Principal>,
     /// Close the connection after the response.
@@ -193,6 +195,7 @@ impl From<Option<Frame>> for Served {
     fn from(response: Option<Frame>) -> Self {
         Served {
             response,
+            muted: Duration::ZERO,
             principal: None,
             close: false,
         }
@@ -240,8 +243,16 @@ async fn serve_stream<S: Transport>(
             if served.close {
                 return Err(ConnectionError::AuthenticationRefused);
             }
-            if !whole_frame_buffered(stream.buffer()) {
+            if !whole_frame_buffered(stream.buffer()) || !served.muted.is_zero() {
                 stream.get_mut().flush().await?;
+            }
+            if !served.muted.is_zero() {
+                // Over its quota: the response (with throttle_time_ms) is out, the next
+                // request waits (KIP-219), even from a client that ignores the hint.
+                tokio::select! {
+                    _ = tokio::time::sleep(served.muted) => {}
+                    _ = ctx.shutdown.cancelled() => return Ok(()),
+                }
             }
         }
     }
@@ -329,7 +340,7 @@ async fn read_frame<R: AsyncReadExt + Unpin>(
 /// SASL authentication (`auth` not yet authenticated) only ApiVersions, SaslHandshake and
 /// SaslAuthenticate are served, the last two by the connection's authenticator; anything else
 /// closes the connection, as Kafka does.
-async fn handle(
+pub(crate) async fn handle(
     ctx: &Arc<Context>,
     frame: BytesMut,
     auth: &mut Option<Authenticator>,
@@ -365,6 +376,7 @@ async fn handle(
                 let (frame, close) = api::sasl_handshake(auth, &header, buf)?;
                 return Ok(Served {
                     response: Some(frame),
+                    muted: Duration::ZERO,
                     principal: None,
                     close,
                 });
@@ -373,6 +385,7 @@ async fn handle(
                 let done = api::sasl_authenticate(ctx, auth, &header, buf)?;
                 return Ok(Served {
                     response: Some(done.frame),
+                    muted: Duration::ZERO,
                     principal: done.principal,
                     close: done.close,
                 });
@@ -380,7 +393,14 @@ async fn handle(
             other => return Err(ConnectionError::Unauthenticated(other)),
         }
     }
-    Ok(route.call(ctx, header, buf).await?.into())
+    let client_id = header.client_id.clone();
+    let mut served: Served = route.call(ctx, header, buf).await?.into();
+    if ctx.quotas.any() {
+        served.muted = ctx
+            .quotas
+            .muted_for(client_id.as_deref().unwrap_or_default());
+    }
+    Ok(served)
 }
 
 /// Writes a response frame, its file ranges at their places. Once part of a frame is out, an

@@ -26,9 +26,12 @@ mod catalog;
 mod config;
 mod connection;
 mod dump;
+#[doc(hidden)]
+pub mod fuzzing;
 mod groups;
 mod limits;
 mod log;
+mod quotas;
 mod security;
 mod server;
 mod stats;
@@ -44,6 +47,7 @@ pub use config::{
 pub use dump::{DumpError, dump_segment_file};
 pub use log::StorageError;
 pub use log::batch::BatchError;
+pub use quotas::{ClientQuota, DEFAULT_CLIENT};
 pub use security::scram::{SaltError, SaltedPassword, ScramClient, salt_password};
 pub use security::tls::TlsError;
 pub use security::{

@@ -162,6 +162,13 @@ impl Broker {
                 "max_connections and max_connections_per_ip must be at least 1".into(),
             ));
         }
+        if config.quota_window_num < 2 || config.quota_window_size_seconds < 1 {
+            return Err(BrokerError::Config(format!(
+                "quota_window_num ({}) must be at least 2 and quota_window_size_seconds ({}) at \
+                 least 1",
+                config.quota_window_num, config.quota_window_size_seconds
+            )));
+        }
         if config.max_broker_partitions < 1 || config.max_partitions_per_topic < 1 {
             return Err(BrokerError::Config(
                 "max_broker_partitions and max_partitions_per_topic must be at least 1".into(),
@@ -261,6 +268,11 @@ impl Broker {
             .collect();
         let ctx = Arc::new(Context {
             limits,
+            quotas: crate::quotas::Quotas::new(
+                &config.client_quotas,
+                config.quota_window_num,
+                config.quota_window_size_seconds,
+            ),
             stats: Counters::new(listener_counters),
             topics,
             groups,

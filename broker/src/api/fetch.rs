@@ -41,6 +41,7 @@ use tokio::time::Instant;
 
 use super::{ApiError, Context, Frame, Handler, IntoFrame, encode_error, encode_response};
 use crate::log::{FileSlice, Read};
+use crate::quotas::Direction;
 use crate::security::{AclOperation, Resource};
 use crate::stats::TopicCounters;
 
@@ -228,8 +229,12 @@ impl Handler for Fetch {
                 for (counters, bytes, offsets) in &sent {
                     counters.fetched(*bytes, *offsets);
                 }
+                let fetched: usize = records.iter().map(|slice| slice.len()).sum();
+                let throttle = ctx.throttle(header, Direction::Fetch, fetched as u64);
                 return Some(FetchReply {
-                    response: FetchResponse::default().with_responses(responses),
+                    response: FetchResponse::default()
+                        .with_responses(responses)
+                        .with_throttle_time_ms(throttle),
                     records,
                 });
             }

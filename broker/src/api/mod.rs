@@ -98,9 +98,60 @@ pub(crate) struct Context {
     pub(crate) stats: Counters,
     /// Connection, memory and partition limits (see [`crate::limits`]).
     pub(crate) limits: Arc<crate::limits::Limits>,
+    /// Byte-rate quotas by client id (see [`crate::quotas`]).
+    pub(crate) quotas: crate::quotas::Quotas,
 }
 
 impl Context {
+    /// Records `bytes` against the quota of the request's client id and returns its
+    /// `throttle_time_ms` (0 within the quota, or without one).
+    pub(crate) fn throttle(
+        &self,
+        header: &RequestHeader,
+        direction: crate::quotas::Direction,
+        bytes: u64,
+    ) -> i32 {
+        if !self.quotas.any() {
+            return 0;
+        }
+        let client_id = header.client_id.as_deref().unwrap_or_default();
+        crate::quotas::throttle_ms(self.quotas.record(client_id, direction, bytes))
+    }
+
+    /// A context over `config.data_dir` with no listener and no background task, for the
+    /// unit tests and the fuzz targets; panics where the directory cannot be used.
+    pub(crate) fn standalone(config: crate::config::BrokerConfig) -> Arc<Context> {
+        let catalog = crate::catalog::Catalog::open(&config.data_dir).expect("the catalog");
+        let limits = Arc::new(crate::limits::Limits::new(&config, None));
+        let topics =
+            Topics::open(config.clone(), catalog, true, Arc::clone(&limits)).expect("the topics");
+        let groups = GroupCoordinator::load(&config, topics.catalog()).expect("the groups");
+        let txns = TxnCoordinator::load(&config, topics.catalog()).expect("the transactions");
+        txns.recover(&topics);
+        let acls = Authorizer::load(&config, topics.catalog()).expect("the ACLs");
+        let credentials = Credentials::new(&config.users, topics.catalog()).expect("the users");
+        Arc::new(Context {
+            topics,
+            groups,
+            txns,
+            acls,
+            appended: Notify::new(),
+            shutdown: CancellationToken::new(),
+            credentials,
+            node_id: config.node_id,
+            host: "127.0.0.1".into(),
+            port: 9092,
+            cluster_id: "test-cluster".into(),
+            stats: Counters::new(Vec::new()),
+            limits,
+            quotas: crate::quotas::Quotas::new(
+                &config.client_quotas,
+                config.quota_window_num,
+                config.quota_window_size_seconds,
+            ),
+        })
+    }
+
     /// Whether the caller of the request being served may perform `operation` on `resource`
     /// (see [`crate::security::Authorizer`]); a denial is logged at debug, in the words of
     /// Kafka's authorizer log.
@@ -553,7 +604,6 @@ pub(crate) fn encode_error<E: std::fmt::Display>(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::catalog::Catalog;
     use crate::config::BrokerConfig;
     use std::collections::BTreeMap;
 
@@ -562,34 +612,7 @@ pub(crate) mod tests {
             data_dir: dir.to_path_buf(),
             ..Default::default()
         };
-        let limits = Arc::new(crate::limits::Limits::new(&config, None));
-        let topics = Topics::open(
-            config.clone(),
-            Catalog::open(dir).unwrap(),
-            true,
-            Arc::clone(&limits),
-        )
-        .unwrap();
-        let groups = GroupCoordinator::load(&config, topics.catalog()).unwrap();
-        let txns = TxnCoordinator::load(&config, topics.catalog()).unwrap();
-        txns.recover(&topics);
-        let acls = Authorizer::load(&config, topics.catalog()).unwrap();
-        let credentials = Credentials::new(&[], topics.catalog()).unwrap();
-        Arc::new(Context {
-            topics,
-            groups,
-            txns,
-            acls,
-            appended: Notify::new(),
-            shutdown: CancellationToken::new(),
-            credentials,
-            node_id: 0,
-            host: "127.0.0.1".into(),
-            port: 9092,
-            cluster_id: "test-cluster".into(),
-            stats: Counters::new(Vec::new()),
-            limits,
-        })
+        Context::standalone(config)
     }
 
     /// Every API but the ones a client needs before it can authenticate decides who may do

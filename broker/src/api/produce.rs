@@ -12,6 +12,7 @@ use kafka_protocol::protocol::VersionRange;
 
 use super::{Context, Handler};
 use crate::log::{AppendError, ProducerError, batch};
+use crate::quotas::Direction;
 use crate::security::{AclOperation, Resource};
 use crate::topics::Topic;
 
@@ -101,7 +102,7 @@ impl Handler for Produce {
 
     async fn handle(
         ctx: &Arc<Context>,
-        _: &RequestHeader,
+        header: &RequestHeader,
         request: ProduceRequest,
     ) -> Option<ProduceResponse> {
         // acks other than 0, 1 and -1 (all) fail every partition.
@@ -115,6 +116,12 @@ impl Handler for Produce {
         });
         let mut responses = Vec::with_capacity(request.topic_data.len());
         let mut appended = false;
+        let produced: usize = request
+            .topic_data
+            .iter()
+            .flat_map(|t| &t.partition_data)
+            .filter_map(|p| p.records.as_ref().map(|r| r.len()))
+            .sum();
         for topic_data in request.topic_data {
             let topic = match request_error {
                 Some(error) => Err(error),
@@ -146,7 +153,13 @@ impl Handler for Produce {
         if appended {
             ctx.appended.notify_waiters();
         }
+        // Produced bytes count against the quota whether they were appended or not, as Kafka's.
+        let throttle = ctx.throttle(header, Direction::Produce, produced as u64);
         // With acks=0 the client expects no response at all.
-        (request.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+        (request.acks != 0).then(|| {
+            ProduceResponse::default()
+                .with_responses(responses)
+                .with_throttle_time_ms(throttle)
+        })
     }
 }
