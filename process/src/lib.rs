@@ -542,3 +542,17 @@ mod line_tests {
         assert!(matches!(reader.next_line().await.unwrap(), Line::End));
     }
 }
+
+/// Entry points for the fuzz targets in `fuzz/` and their regression tests; not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// One line from a plugin program, through what the agent does with it: the JSON message,
+    /// then a batch's events. Any input must give a value or an error, never a panic.
+    pub fn plugin_line(line: &[u8]) {
+        if let Ok(super::Incoming::Batch { events, .. }) =
+            serde_json::from_slice::<super::Incoming>(line)
+        {
+            let _ = super::events_of("fuzz", events);
+        }
+    }
+}
