@@ -337,3 +337,22 @@ fn a_dead_destination_does_not_hold_the_first_sigterm_and_a_file_channel_keeps_i
         "{log}"
     );
 }
+
+/// A sink that cannot even start used to make the agent log "giving up" and exit 0 with the
+/// events of its memory channel gone; the exit now fails and names them.
+#[test]
+fn a_sink_that_cannot_start_does_not_end_the_agent_with_exit_0_and_events_inside() {
+    let dir = tempfile::tempdir().unwrap();
+    // The sink's directory is a file: it cannot start.
+    std::fs::write(dir.path().join("out"), "not a directory").unwrap();
+    let config = "agent:\n  data_dir: ./state\n  drain_timeout: 2s\nsources:\n  numbers: { type: seq, channels: [buffer], batch_size: 10, total_events: 50 }\nchannels:\n  buffer: { type: memory }\nsinks:\n  files: { type: file_roll, channel: buffer, directory: ./out }\n";
+    let mut agent = Agent::start(dir.path(), config);
+    let status = agent.wait(Duration::from_secs(60));
+    let log = agent.log();
+    assert!(log.contains("sink cannot start"), "{log}");
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("stopped with events undelivered in memory channels: 50 in channel `buffer`"),
+        "{log}"
+    );
+}
