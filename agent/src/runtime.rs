@@ -27,8 +27,8 @@ use anyhow::Context;
 use ferry_broker::Broker;
 use ferry_core::state::StateStore;
 use ferry_core::{
-    Channel, CheckpointStore, ComponentMetrics, Counter, Latency, Pipelining, Shutdown, Sink,
-    SinkBatch, SinkContext, SinkError, SourceContext, SourceOptions, TakeTransaction,
+    Channel, CheckpointStore, ComponentMetrics, Counter, Event, Latency, Pipelining, Shutdown,
+    Sink, SinkBatch, SinkContext, SinkError, SourceContext, SourceOptions, TakeTransaction,
 };
 use tokio::time::Instant;
 use tracing::{error, info, warn};
@@ -237,6 +237,8 @@ struct SinkCounters {
     connections_created: Counter,
     connections_closed: Counter,
     connections_failed: Counter,
+    /// Events the destination refused for good, moved to the sink's `dead_letter` channel.
+    dead_lettered: Counter,
     /// From the first send of a flush to the sink's answer that all of it is delivered.
     delivery: Latency,
 }
@@ -256,6 +258,7 @@ impl SinkCounters {
             connections_created: metrics.counter("ConnectionCreatedCount"),
             connections_closed: metrics.counter("ConnectionClosedCount"),
             connections_failed: metrics.counter("ConnectionFailedCount"),
+            dead_lettered: metrics.counter("EventDeadLetteredCount"),
             delivery: metrics.latency("DeliveryLatency"),
         }
     }
@@ -350,11 +353,38 @@ enum Flow {
     Stop,
 }
 
+/// Logs a line at most once per [`Self::EVERY`], counting the occurrences in between, so that
+/// a flood of refused events does not become a flood of log lines.
+#[derive(Default)]
+struct Throttle {
+    last: Option<Instant>,
+    held: u64,
+}
+
+impl Throttle {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    /// `Some(occurrences since the last line)` when a line is due now; otherwise counts
+    /// `n` occurrences for the next line.
+    fn due(&mut self, n: u64) -> Option<u64> {
+        self.held += n;
+        if self.last.is_some_and(|last| last.elapsed() < Self::EVERY) {
+            return None;
+        }
+        self.last = Some(Instant::now());
+        Some(std::mem::take(&mut self.held))
+    }
+}
+
 /// One sink driven by a runner, with its own counters, start and stop.
 struct Member {
     ctx: SinkContext,
     sink: Box<dyn Sink>,
     batch_size: usize,
+    /// Where events the destination refuses for good go.
+    dead_letter: Option<Arc<dyn Channel>>,
+    /// Lines about refused events: dead-lettered, or retried for want of a `dead_letter`.
+    refusals: Throttle,
     counters: SinkCounters,
     /// Filled in once the sink has started.
     pipelining: Pipelining,
@@ -368,6 +398,8 @@ impl Member {
             ctx,
             sink,
             batch_size,
+            dead_letter: None,
+            refusals: Throttle::default(),
             pipelining: Pipelining::ONE_BATCH,
             started: false,
         }
@@ -379,6 +411,7 @@ impl Member {
             sink,
             batch_size,
             metrics,
+            dead_letter,
             ..
         } = spec;
         let ctx = SinkContext {
@@ -386,7 +419,9 @@ impl Member {
             metrics,
             state: Some(state),
         };
-        Self::new(ctx, sink, batch_size)
+        let mut member = Self::new(ctx, sink, batch_size);
+        member.dead_letter = dead_letter;
+        member
     }
 
     fn name(&self) -> &str {
@@ -774,6 +809,19 @@ impl SinkRunner {
     /// rolls their takes back, newest first, so that their events return to the front of the
     /// channel in channel order, then backs off.
     async fn failed(&mut self, error: SinkError) -> Flow {
+        if error.is_permanent() {
+            if self.members[self.current].dead_letter.is_some() {
+                return self.sift(error).await;
+            }
+            let events = self.in_flight.events as u64;
+            let member = &mut self.members[self.current];
+            if let Some(refused) = member.refusals.due(events) {
+                error!(
+                    sink = %member.name(), error = %error, events = refused,
+                    "the destination refuses these events for good (a permanent failure); they are retried and hold up the events behind them: set `dead_letter` on this sink to move refused events to another channel"
+                );
+            }
+        }
         self.member_failed(self.current, &error, self.in_flight.events);
         let mut takes = self.in_flight.take_all();
         while let Some(next) = self.next_member().await {
@@ -807,6 +855,172 @@ impl SinkRunner {
         }
         back_off(&mut self.backoff).await;
         Flow::Continue
+    }
+
+    /// After a permanent failure, with a `dead_letter` channel: splits each batch in flight
+    /// into halves, and those that fail again into halves, until the events the destination
+    /// refuses are single; delivers the rest; commits each take with its refused events moved
+    /// to the dead-letter channel ([`crate::dead_letter::commit_moving`]). A transient failure
+    /// on the way rolls back what is left, as any failure: the next attempt sends the halves
+    /// already delivered again (at least once, or skipped by sinks that track sequences).
+    async fn sift(&mut self, error: SinkError) -> Flow {
+        // The events are at fault, not the sink: it is not penalised.
+        let member = &mut self.members[self.current];
+        member
+            .counters
+            .write_fails
+            .add(self.in_flight.events as u64);
+        let mut takes: VecDeque<_> = self.in_flight.take_all().into();
+        // With one batch in flight, the failure was its own: split it at once.
+        let mut known = (takes.len() == 1).then_some(error);
+        while let Some(take) = takes.pop_front() {
+            let (take, sifted) = self.sift_take(take, known.take()).await;
+            let outcome = match sifted {
+                Ok(refused) if refused.is_empty() => {
+                    self.delivered(self.current, vec![take]).await;
+                    continue;
+                }
+                Ok(refused) => self.dead_letter(take, refused).await,
+                Err(error) => {
+                    takes.push_front(take);
+                    Err(error.to_string())
+                }
+            };
+            if let Err(error) = outcome {
+                let member = &self.members[self.current];
+                let name = member.name().to_owned();
+                error!(sink = %name, %error, "delivery failed while isolating refused events; rolling back and retrying");
+                member.ctx.metrics.failed(&error);
+                while let Some(take) = takes.pop_back() {
+                    if let Err(e) = take.rollback().await {
+                        error!(sink = %name, error = %e, "cannot roll back take");
+                    }
+                }
+                if self.gives_up_draining() {
+                    return Flow::Stop;
+                }
+                back_off(&mut self.backoff).await;
+                return Flow::Continue;
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Sends the events of `take` in halves, recursively, until every event is delivered or
+    /// refused alone; returns the refused ones (index in the take, reason). `known`: the
+    /// permanent failure of the whole take, when already known. A transient failure ends it.
+    async fn sift_take(
+        &mut self,
+        take: Box<dyn TakeTransaction>,
+        known: Option<SinkError>,
+    ) -> (
+        Box<dyn TakeTransaction>,
+        Result<Vec<(usize, String)>, SinkError>,
+    ) {
+        let result = self
+            .sift_events(take.events(), take.sequences(), known)
+            .await;
+        (take, result)
+    }
+
+    /// [`Self::sift_take`] on the events of a take (and their sequence numbers).
+    async fn sift_events(
+        &mut self,
+        events: &[Event],
+        sequences: Option<&[u64]>,
+        known: Option<SinkError>,
+    ) -> Result<Vec<(usize, String)>, SinkError> {
+        let mut refused = Vec::new();
+        // Ranges still to send, the next one last.
+        let mut ranges = vec![(0, events.len())];
+        if let Some(error) = known {
+            ranges.clear();
+            split_or_refuse((0, events.len()), error, &mut ranges, &mut refused);
+        }
+        while let Some((start, end)) = ranges.pop() {
+            let member = &mut self.members[self.current];
+            let batch = SinkBatch {
+                events: &events[start..end],
+                sequences: sequences.and_then(|s| s.get(start..end)),
+            };
+            member.counters.drain_attempts.add((end - start) as u64);
+            let result = match member.sink.send(batch).await {
+                Ok(()) => member.sink.flush().await,
+                Err(error) => Err(error),
+            };
+            match result {
+                Ok(()) => {}
+                Err(error) if error.is_permanent() => {
+                    split_or_refuse((start, end), error, &mut ranges, &mut refused);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        refused.sort_unstable_by_key(|(i, _)| *i);
+        Ok(refused)
+    }
+
+    /// Commits `take`, the events at `refused` (index, reason) moved to the current member's
+    /// dead-letter channel and the others counted as delivered.
+    async fn dead_letter(
+        &mut self,
+        take: Box<dyn TakeTransaction>,
+        refused: Vec<(usize, String)>,
+    ) -> Result<(), String> {
+        let member = &self.members[self.current];
+        let name = member.name().to_owned();
+        let Some(dead_letter) = member.dead_letter.clone() else {
+            take.rollback().await.map_err(|e| e.to_string())?;
+            return Err("the sink has no dead_letter channel".into());
+        };
+        let events = take.events();
+        let letters: Vec<Event> = refused
+            .iter()
+            .filter_map(|(i, reason)| {
+                let event = events.get(*i)?;
+                Some(crate::dead_letter::dead_letter(
+                    event,
+                    reason,
+                    &name,
+                    self.channel.name(),
+                ))
+            })
+            .collect();
+        let n = events.len();
+        let delivered = n - letters.len();
+        let bytes: usize = events.iter().map(|e| e.body.len()).sum();
+        let first_reason = refused.first().map(|(_, r)| r.clone()).unwrap_or_default();
+        let moved = crate::dead_letter::commit_moving(
+            take,
+            self.channel.as_ref(),
+            &dead_letter,
+            letters,
+            &name,
+        )
+        .await;
+        if let Err(error) = moved {
+            return Err(format!(
+                "cannot move {} refused events to dead-letter channel `{}`: {error}",
+                refused.len(),
+                dead_letter.name()
+            ));
+        }
+        let member = &mut self.members[self.current];
+        member.counters.dead_lettered.add(refused.len() as u64);
+        member.counters.drain_successes.add(delivered as u64);
+        member.counters.drained_bytes.add(bytes as u64);
+        member.counters.batches_underflow.inc();
+        if let Some(count) = member.refusals.due(refused.len() as u64) {
+            warn!(
+                sink = %member.name(), dead_letter = %dead_letter.name(), events = count,
+                reason = %first_reason,
+                "the destination refused events for good; moved them to the dead-letter channel"
+            );
+        }
+        self.failing_since = None;
+        self.backoff = MIN_BACKOFF;
+        member.ctx.metrics.succeeded();
+        Ok(())
     }
 
     /// Delivers the batches another member failed to the current member, as many per flush
@@ -881,6 +1095,23 @@ impl SinkRunner {
         );
         true
     }
+}
+
+/// After `error`, a permanent failure of the events `range` (start, end): a single event is
+/// refused; more are split into halves, pushed so that the first half is sent next.
+fn split_or_refuse(
+    (start, end): (usize, usize),
+    error: SinkError,
+    ranges: &mut Vec<(usize, usize)>,
+    refused: &mut Vec<(usize, String)>,
+) {
+    if end - start <= 1 {
+        refused.push((start, error.to_string()));
+        return;
+    }
+    let middle = start + (end - start) / 2;
+    ranges.push((middle, end));
+    ranges.push((start, middle));
 }
 
 #[cfg(test)]
