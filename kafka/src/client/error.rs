@@ -85,6 +85,12 @@ impl From<ClientError> for SinkError {
     }
 }
 
+impl From<ClientError> for SourceError {
+    fn from(error: ClientError) -> Self {
+        SourceError::Other(error.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,11 +110,5 @@ mod tests {
         assert!(!produced(RDKafkaErrorCode::BrokerTransportFailure).is_permanent());
         assert!(!produced(RDKafkaErrorCode::MessageTimedOut).is_permanent());
         assert!(!produced(RDKafkaErrorCode::NotLeaderForPartition).is_permanent());
-    }
-}
-
-impl From<ClientError> for SourceError {
-    fn from(error: ClientError) -> Self {
-        SourceError::Other(error.to_string())
     }
 }
