@@ -80,6 +80,7 @@ pub async fn commit_moving(
         _ => None,
     };
     let Some(store) = store else {
+        // (A plain put waits for room by itself.)
         let batch = PutBatch {
             source: who.to_owned(),
             events,
@@ -93,6 +94,7 @@ pub async fn commit_moving(
         }
         return take.commit().await;
     };
+    wait_for_room(to, events.len()).await;
     let mut parts = store.begin_joint_put(2, who, None).await;
     let (Some(take_part), Some(put_part)) = (parts.pop(), parts.pop()) else {
         take.rollback().await?;
@@ -111,4 +113,23 @@ pub async fn commit_moving(
     // Both halves wait for each other: the transaction runs when the second arrives.
     let (put, commit) = tokio::join!(to.put(batch), take.commit_joint(take_part));
     put.and(commit)
+}
+
+/// Waits until `channel` has room for `n` more events. A joint put holds its store's turn
+/// and the taken channel's commits until its every part arrives: a put that would wait for
+/// room is not begun until there is some. (Only a sink or the tool puts into a dead-letter
+/// channel, so the room seen stays there.)
+async fn wait_for_room(channel: &Arc<dyn Channel>, n: usize) {
+    let mut warned = false;
+    while channel.capacity().saturating_sub(channel.len()) < n {
+        if !warned {
+            tracing::warn!(
+                channel = %channel.name(),
+                events = n,
+                "channel full: the move of refused events into it waits for room"
+            );
+            warned = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }

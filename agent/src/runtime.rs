@@ -1482,6 +1482,157 @@ mod tests {
             .collect()
     }
 
+    /// A pipelining sink whose destination refuses for good every flush holding one of
+    /// `refused`, and fails for a while the flushes numbered in `transient`.
+    struct RefusingSink {
+        refused: Vec<&'static str>,
+        transient: Vec<usize>,
+        flushes: usize,
+        pending: Vec<String>,
+        delivered: Arc<Mutex<Vec<String>>>,
+    }
+
+    #[async_trait]
+    impl Sink for RefusingSink {
+        async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+            self.send(batch).await?;
+            self.flush().await
+        }
+        async fn send(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+            self.pending.extend(
+                batch
+                    .events
+                    .iter()
+                    .map(|e| String::from_utf8_lossy(&e.body).into_owned()),
+            );
+            Ok(())
+        }
+        async fn flush(&mut self) -> Result<(), SinkError> {
+            let number = self.flushes;
+            self.flushes += 1;
+            let pending = std::mem::take(&mut self.pending);
+            if self.transient.contains(&number) {
+                return Err(SinkError::Delivery("the destination is down".into()));
+            }
+            if let Some(bad) = pending.iter().find(|b| self.refused.contains(&b.as_str())) {
+                return Err(SinkError::permanent(format!("refused {bad}")));
+            }
+            self.delivered.lock().unwrap().extend(pending);
+            Ok(())
+        }
+        fn pipelining(&self) -> Pipelining {
+            Pipelining {
+                max_batches: 4,
+                max_events: 1000,
+                max_delay: Duration::from_secs(1),
+            }
+        }
+    }
+
+    /// Drains 50 events `e0`..`e49` through `sink` with a memory dead-letter channel; returns
+    /// what the sink delivered, the dead letters and the sink's counters.
+    async fn drain_refusing(
+        refused: Vec<&'static str>,
+        transient: Vec<usize>,
+    ) -> (Vec<String>, Vec<Event>, ComponentMetrics) {
+        let log = Log::default();
+        let channel = filled_channel(&log, 50, None).await;
+        let dead_letter: Arc<dyn Channel> = Arc::new(MemoryChannel::new(
+            "refused",
+            &MemoryChannelConfig {
+                capacity: 1000,
+                transaction_capacity: 100,
+                byte_capacity: None,
+            },
+        ));
+        let delivered = Arc::new(Mutex::new(Vec::new()));
+        let sink = RefusingSink {
+            refused,
+            transient,
+            flushes: 0,
+            pending: Vec::new(),
+            delivered: Arc::clone(&delivered),
+        };
+        let metrics = ComponentMetrics::new("sink", "api");
+        let ctx = SinkContext {
+            name: "api".into(),
+            metrics: metrics.clone(),
+            state: None,
+        };
+        let drain = Shutdown::new();
+        drain.trigger();
+        let mut runner = SinkRunner::new(ctx, Box::new(sink), Arc::new(channel), 10, drain);
+        runner.members[0].dead_letter = Some(Arc::clone(&dead_letter));
+        runner.run().await;
+        let letters = dead_letter
+            .take(100, Duration::ZERO)
+            .await
+            .unwrap()
+            .events()
+            .to_vec();
+        let delivered = delivered.lock().unwrap().clone();
+        (delivered, letters, metrics)
+    }
+
+    fn bodies_except(refused: &[&str]) -> Vec<String> {
+        (0..50)
+            .map(|i| format!("e{i}"))
+            .filter(|b| !refused.contains(&b.as_str()))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_events_among_pipelined_batches_are_dead_lettered_and_the_rest_delivered_in_order()
+     {
+        let refused = vec!["e7", "e23", "e24", "e49"];
+        let (delivered, letters, metrics) = drain_refusing(refused.clone(), vec![]).await;
+        assert_eq!(
+            delivered,
+            bodies_except(&refused),
+            "each other event once, in order"
+        );
+        let dead: Vec<String> = letters
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.body).into_owned())
+            .collect();
+        assert_eq!(dead, refused);
+        let first = &letters[0].headers;
+        assert_eq!(
+            first.get("ferry.dead_letter.reason").map(String::as_str),
+            Some("refused e7")
+        );
+        assert_eq!(
+            first.get("ferry.dead_letter.sink").map(String::as_str),
+            Some("api")
+        );
+        assert_eq!(
+            first.get("ferry.dead_letter.channel").map(String::as_str),
+            Some("buffer")
+        );
+        assert!(first.contains_key("ferry.dead_letter.time"));
+        assert_eq!(metrics.counter("EventDeadLetteredCount").get(), 4);
+        assert_eq!(metrics.counter("EventDrainSuccessCount").get(), 46);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_failure_while_splitting_rolls_back_and_dead_letters_each_event_once() {
+        let refused = vec!["e13"];
+        // Flush 0 holds the first four batches and is refused; flush 1 delivers e0..e9
+        // (committed), 2 refuses e10..e19, 3 refuses e10..e14, 4 delivers e10 and e11, and the
+        // destination is down for 5 (e12..e14): e10 and e11 are sent again after the rollback.
+        let (delivered, letters, _) = drain_refusing(refused.clone(), vec![5]).await;
+        let mut unique = delivered.clone();
+        unique.sort_by_key(|b| b[1..].parse::<u32>().unwrap());
+        unique.dedup();
+        assert_eq!(unique, bodies_except(&refused), "nothing lost");
+        assert!(
+            delivered.len() > unique.len(),
+            "halves sent again after the rollback"
+        );
+        assert_eq!(letters.len(), 1, "dead-lettered once");
+        assert_eq!(&letters[0].body[..], b"e13");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn keeps_several_batches_in_flight_and_commits_them_in_order() {
         let log = Log::default();

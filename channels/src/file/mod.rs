@@ -844,6 +844,72 @@ mod tests {
         assert_eq!(bodies(&*tx), ["5", "6"]);
     }
 
+    /// Takes `n` events from `from` and moves them into `to` in one joint put of `from`'s
+    /// store: the take commit is one part, the put the other.
+    async fn move_jointly(from: &FileChannel, to: &FileChannel, n: usize, fail_put: bool) {
+        let store = from.joint_store().unwrap();
+        let mut parts = store.begin_joint_put(2, "mover", None).await;
+        let (take_part, put_part) = (parts.pop().unwrap(), parts.pop().unwrap());
+        let take = from.take(n, Duration::ZERO).await.unwrap();
+        let events = take.events().to_vec();
+        let put = async {
+            if fail_put {
+                // Refused before it was stored: the whole move fails.
+                drop(put_part);
+                return Err(to.0.storage_error("refused"));
+            }
+            to.put(PutBatch {
+                source: "mover".into(),
+                events,
+                checkpoint: None,
+                ack: None,
+                joint: Some(put_part),
+            })
+            .await
+        };
+        let (put, commit) = tokio::join!(put, take.commit_joint(take_part));
+        assert_eq!(put.is_ok(), !fail_put, "{put:?}");
+        assert_eq!(commit.is_ok(), !fail_put, "{commit:?}");
+    }
+
+    #[tokio::test]
+    async fn a_take_committed_in_a_joint_put_moves_its_events_in_one_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = channel(dir.path(), "a", 100).await;
+        let b = channel(dir.path(), "b", 100).await;
+        a.put(batch(0..5, None)).await.unwrap();
+        // A failed move leaves the events in `a`, to be taken again, and nothing in `b`.
+        move_jointly(&a, &b, 2, true).await;
+        assert_eq!((a.len(), b.len()), (5, 0));
+        move_jointly(&a, &b, 2, false).await;
+        assert_eq!((a.len(), b.len()), (3, 2));
+        drop((a, b));
+        // After a restart the move is there, whole.
+        let a = channel(dir.path(), "a", 100).await;
+        let b = channel(dir.path(), "b", 100).await;
+        assert_eq!(drain(&a).await, ["2", "3", "4"]);
+        assert_eq!(drain(&b).await, ["0", "1"]);
+    }
+
+    #[tokio::test]
+    async fn take_sequences_takes_a_range_and_leaves_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = channel(dir.path(), "a", 100).await;
+        a.put(batch(0..10, None)).await.unwrap();
+        drop(a);
+        let a = channel(dir.path(), "a", 100).await;
+        let take = a.take_sequences(4..=6, 100).await.unwrap();
+        assert_eq!(
+            bodies(&*take),
+            ["3", "4", "5"],
+            "sequence numbers start at 1"
+        );
+        take.commit().await.unwrap();
+        drop(a);
+        let a = channel(dir.path(), "a", 100).await;
+        assert_eq!(drain(&a).await, ["0", "1", "2", "6", "7", "8", "9"]);
+    }
+
     #[tokio::test]
     async fn a_multiplexed_fan_out_puts_each_event_in_its_channel_and_survives_a_restart() {
         use ferry_core::selector::{ChannelSelector, Route};
