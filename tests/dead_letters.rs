@@ -267,6 +267,15 @@ fn a_dead_letter_that_is_unknown_or_the_sinks_own_channel_is_refused_with_its_li
     let good = pipeline(1, true);
     assert_eq!(validate(good.clone()).0, Some(0));
 
+    // A memory dead-letter channel is allowed, with a warning about what a crash loses.
+    let (code, err) = validate(good.replace("  dlq:\n    type: file", "  dlq:\n    type: memory"));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("warning: "), "{err}");
+    assert!(
+        err.contains("dead_letter `dlq` is a memory channel"),
+        "{err}"
+    );
+
     let (code, err) = validate(good.replace("dead_letter: dlq", "dead_letter: dlqq"));
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("pipeline.yaml:20"), "{err}");

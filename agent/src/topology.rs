@@ -703,6 +703,16 @@ impl Builder<'_> {
             if let Some(dead_letter) = &dead_letter {
                 // A batch's refused events go to the dead-letter channel in one put.
                 let location = entry.location_of_key("dead_letter");
+                if !dead_letter.is_durable() {
+                    let at = location.map(|l| format!("{l}: ")).unwrap_or_default();
+                    self.notes.push((
+                        location,
+                        format!(
+                            "{at}sink `{name}`: dead_letter `{}` is a memory channel, so refused events moved there are lost if the agent crashes or stops with them; a `file` channel keeps them",
+                            dead_letter.name()
+                        ),
+                    ));
+                }
                 self.check_fits(
                     ComponentKind::Sink,
                     &name,
