@@ -213,6 +213,25 @@ fn dead_letters_are_listed_and_a_replay_delivers_them_once_the_endpoint_accepts(
     let seq = letters[0].split(' ').next().unwrap().to_owned();
     assert!(letters[0].contains("time=20"), "{}", letters[0]);
 
+    // A channel the file does not have is named, with those it has.
+    let (code, _, err) = dead_letters(
+        dir.path(),
+        &[
+            "replay",
+            "--channel",
+            "dlq",
+            "--from",
+            &seq,
+            "--into",
+            "nope",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("has no channel `nope` (channels: buffer, dlq)"),
+        "{err}"
+    );
+
     accept_all.store(true, Ordering::SeqCst);
     let (code, _, err) = dead_letters(
         dir.path(),

@@ -10,9 +10,11 @@
 //! | any other 4xx | permanent `Err` ([`SinkError::permanent`]): the endpoint refuses the data itself; the runner splits the batch to find the events at fault and moves them to the sink's `dead_letter` channel (without one it keeps retrying) |
 //!
 //! Unlike Flume's `HttpSink` (one request per event), one request carries the whole batch.
-//! A request is all or nothing for the sink, but not necessarily for the endpoint: when the
-//! runner splits a refused batch, the halves that the endpoint accepts are sent again with
-//! the rest after any later failure, so this sink delivers at least once.
+//! The sink keeps no progress of its own, so it delivers at least once: a crash between the
+//! endpoint's 2xx and the take commit sends that batch again. When the runner splits a refused
+//! batch, each half the endpoint accepts is delivered at once, but the take commits only when
+//! the whole batch is settled: a crash or a transient failure before then sends the accepted
+//! halves again.
 
 use std::borrow::Cow;
 use std::error::Error as _;
