@@ -835,7 +835,16 @@ impl SinkRunner {
             self.current = next;
             match self.hand_over(takes).await {
                 Ok(()) => return Flow::Continue,
-                Err(rest) => takes = rest,
+                Err((rest, error))
+                    if error.is_permanent() && self.member().dead_letter.is_some() =>
+                {
+                    // This member's destination refuses events of them: find those.
+                    for take in rest {
+                        self.in_flight.push(take, false);
+                    }
+                    return self.sift(error).await;
+                }
+                Err((rest, _)) => takes = rest,
             }
         }
         let events: usize = takes.iter().map(|t| t.events().len()).sum();
@@ -1025,11 +1034,11 @@ impl SinkRunner {
 
     /// Delivers the batches another member failed to the current member, as many per flush
     /// as its pipelining allows, committing each flush's takes; on failure returns the takes
-    /// not delivered, oldest first.
+    /// not delivered, oldest first, and the failure.
     async fn hand_over(
         &mut self,
         takes: Vec<Box<dyn TakeTransaction>>,
-    ) -> Result<(), Vec<Box<dyn TakeTransaction>>> {
+    ) -> Result<(), (Vec<Box<dyn TakeTransaction>>, SinkError)> {
         let mut takes: VecDeque<_> = takes.into();
         let mut first = true;
         while !takes.is_empty() {
@@ -1056,7 +1065,7 @@ impl SinkRunner {
                 if let Err(e) = result {
                     self.member_failed(self.current, &e, events);
                     sent.extend(takes);
-                    return Err(sent);
+                    return Err((sent, e));
                 }
             }
             if first {
@@ -1066,7 +1075,7 @@ impl SinkRunner {
             if let Err(e) = self.member().sink.flush().await {
                 self.member_failed(self.current, &e, events);
                 sent.extend(takes);
-                return Err(sent);
+                return Err((sent, e));
             }
             self.member().counters.delivery.observe(since.elapsed());
             self.delivered(self.current, sent).await;
@@ -1631,6 +1640,68 @@ mod tests {
         );
         assert_eq!(letters.len(), 1, "dead-lettered once");
         assert_eq!(&letters[0].body[..], b"e13");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_that_refuses_events_of_a_handed_over_batch_dead_letters_them() {
+        let log = Log::default();
+        let channel = filled_channel(&log, 20, None).await;
+        let dead_letter: Arc<dyn Channel> = Arc::new(MemoryChannel::new(
+            "refused",
+            &MemoryChannelConfig {
+                capacity: 100,
+                transaction_capacity: 100,
+                byte_capacity: None,
+            },
+        ));
+        let delivered = Arc::new(Mutex::new(Vec::new()));
+        let member = |name: &'static str, sink: Box<dyn Sink>| {
+            let ctx = SinkContext {
+                name: name.into(),
+                metrics: ComponentMetrics::new("sink", name),
+                state: None,
+            };
+            Member::new(ctx, sink, 10)
+        };
+        let primary = member("primary", Box::new(named("primary", &log, 1)));
+        let mut standby = member(
+            "standby",
+            Box::new(RefusingSink {
+                refused: vec!["e3"],
+                transient: vec![],
+                flushes: 0,
+                pending: Vec::new(),
+                delivered: Arc::clone(&delivered),
+            }),
+        );
+        standby.dead_letter = Some(Arc::clone(&dead_letter));
+        let processor = SinkProcessorConfig::Failover {
+            priorities: vec![10, 5],
+            max_penalty: Duration::from_secs(30),
+        };
+        let drain = Shutdown::new();
+        drain.trigger();
+        SinkRunner::with_members(
+            Some("group".into()),
+            vec![primary, standby],
+            &processor,
+            Arc::new(channel),
+            drain,
+        )
+        .run()
+        .await;
+        // The first batch, handed over: all but e3 (the next batch may go to either).
+        let delivered = delivered.lock().unwrap().clone();
+        assert_eq!(delivered[..9], bodies_except(&["e3"])[..9]);
+        let letters = dead_letter.take(10, Duration::ZERO).await.unwrap();
+        assert_eq!(letters.events().len(), 1);
+        assert_eq!(
+            letters.events()[0]
+                .headers
+                .get("ferry.dead_letter.sink")
+                .map(String::as_str),
+            Some("standby")
+        );
     }
 
     #[tokio::test(start_paused = true)]
