@@ -367,7 +367,9 @@ impl StateStore {
     }
 
     /// Starts a put of one batch into `parts` channels of this store, committed in one
-    /// transaction with `checkpoint` of `source`. Waits while another joint put of this store
+    /// transaction with `checkpoint` of `source`. A part may instead be a take commit
+    /// ([`JointPart::commit_take`]): events then leave one channel in the transaction that
+    /// puts them into another (a sink's dead letters; `agent dead-letters replay`). Waits while another joint put of this store
     /// is under way: each part holds its channel's commits until the transaction, so two at
     /// once could each wait for a channel the other holds.
     pub async fn begin_joint_put(
