@@ -240,6 +240,15 @@ pub fn http_server(
     respond: impl Fn(usize) -> u16 + Send + Sync + 'static,
     delay: Duration,
 ) -> (u16, Arc<Received>) {
+    http_server_reading(move |n, _| respond(n), delay)
+}
+
+/// Like [`http_server`], with `respond(n, body)` seeing the request body too (to refuse the
+/// requests that carry a marked event, say).
+pub fn http_server_reading(
+    respond: impl Fn(usize, &str) -> u16 + Send + Sync + 'static,
+    delay: Duration,
+) -> (u16, Arc<Received>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let received = Arc::new(Received::default());
@@ -256,7 +265,12 @@ pub fn http_server(
     (port, received)
 }
 
-fn serve(stream: TcpStream, state: &Received, respond: &dyn Fn(usize) -> u16, delay: Duration) {
+fn serve(
+    stream: TcpStream,
+    state: &Received,
+    respond: &dyn Fn(usize, &str) -> u16,
+    delay: Duration,
+) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     loop {
@@ -280,7 +294,7 @@ fn serve(stream: TcpStream, state: &Received, respond: &dyn Fn(usize) -> u16, de
         reader.read_exact(&mut body).unwrap();
         std::thread::sleep(delay);
         let n = state.requests.fetch_add(1, Ordering::SeqCst);
-        let status = respond(n);
+        let status = respond(n, &String::from_utf8_lossy(&body));
         if status == 200 {
             let events: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
             let mut bodies = state.bodies.lock().unwrap();

@@ -407,6 +407,9 @@ fn help(flume: &str) -> &'static str {
         }
         "EventDrainSuccessCount" => "Events the sink delivered (Flume EventDrainSuccessCount)",
         "EventWriteFail" => "Events of failed deliveries, retried (Flume EventWriteFail)",
+        "EventDeadLetteredCount" => {
+            "Events the destination refused for good, moved to the sink's dead_letter channel"
+        }
         "ChannelReadFail" => "Takes from the channel that failed (Flume ChannelReadFail)",
         "ConsecutiveFailures" => "Failures since the component's last success",
         _ => "A component's own counter",

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use ferry_core::{Registry, Shutdown};
 
+pub mod dead_letter;
 pub mod flume;
 pub mod http;
 mod lock;
@@ -112,6 +113,9 @@ enum Command {
     ConsoleProducer(tools::console::ProducerArgs),
     /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
     ConsoleConsumer(tools::console::ConsumerArgs),
+    /// Lists the events of a sink's `dead_letter` file channel, or replays a range of them
+    /// into another channel. The agent must be stopped.
+    DeadLetters(tools::dead_letters::DeadLettersArgs),
     /// Prints the batches (with producer ids, sequences and transaction markers) and records of
     /// broker segment files, and `.index`/`.timeindex`/`.txnindex` entries (as
     /// kafka-dump-log.sh / DumpLogSegments).
@@ -211,6 +215,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Top(args) => tool(tools::top::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
+        Command::DeadLetters(args) => tool(tools::dead_letters::run(args, &registry)),
         Command::DumpLogSegments {
             files,
             print_data_log,

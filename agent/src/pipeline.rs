@@ -438,10 +438,17 @@ impl Pipeline {
                 running.metrics.contains_key(m)
                     && fingerprint(&old, &key) == fingerprint(&new.fingerprints, &key)
             }) && running.metrics.len() == members.len();
+            // A sink keeps the dead-letter channel it was started with: it must be kept too.
+            let dead_letters_kept = new
+                .all_sinks()
+                .filter(|spec| members.contains(&spec.name))
+                .filter_map(|spec| spec.dead_letter.as_ref())
+                .all(|c| kept_channel(c.name()));
             if same_members
                 && unit_fingerprint(&old, unit) == unit_fingerprint(&new.fingerprints, unit)
                 && running.channel == *channel
                 && kept_channel(channel)
+                && dead_letters_kept
             {
                 kept_units.insert(unit.clone());
             }
@@ -528,6 +535,7 @@ impl Pipeline {
                 .flat_map(|g| g.members.iter_mut()),
         ) {
             spec.channel = resolve(&new.channels, &spec.channel);
+            spec.dead_letter = spec.dead_letter.as_ref().map(|c| resolve(&new.channels, c));
             if let Some(metrics) = unit_metrics.get(&spec.name) {
                 spec.metrics = metrics.clone();
             }

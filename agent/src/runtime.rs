@@ -27,8 +27,8 @@ use anyhow::Context;
 use ferry_broker::Broker;
 use ferry_core::state::StateStore;
 use ferry_core::{
-    Channel, CheckpointStore, ComponentMetrics, Counter, Latency, Pipelining, Shutdown, Sink,
-    SinkBatch, SinkContext, SinkError, SourceContext, SourceOptions, TakeTransaction,
+    Channel, CheckpointStore, ComponentMetrics, Counter, Event, Latency, Pipelining, Shutdown,
+    Sink, SinkBatch, SinkContext, SinkError, SourceContext, SourceOptions, TakeTransaction,
 };
 use tokio::time::Instant;
 use tracing::{error, info, warn};
@@ -237,6 +237,8 @@ struct SinkCounters {
     connections_created: Counter,
     connections_closed: Counter,
     connections_failed: Counter,
+    /// Events the destination refused for good, moved to the sink's `dead_letter` channel.
+    dead_lettered: Counter,
     /// From the first send of a flush to the sink's answer that all of it is delivered.
     delivery: Latency,
 }
@@ -256,6 +258,7 @@ impl SinkCounters {
             connections_created: metrics.counter("ConnectionCreatedCount"),
             connections_closed: metrics.counter("ConnectionClosedCount"),
             connections_failed: metrics.counter("ConnectionFailedCount"),
+            dead_lettered: metrics.counter("EventDeadLetteredCount"),
             delivery: metrics.latency("DeliveryLatency"),
         }
     }
@@ -350,11 +353,38 @@ enum Flow {
     Stop,
 }
 
+/// Logs a line at most once per [`Self::EVERY`], counting the occurrences in between, so that
+/// a flood of refused events does not become a flood of log lines.
+#[derive(Default)]
+struct Throttle {
+    last: Option<Instant>,
+    held: u64,
+}
+
+impl Throttle {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    /// `Some(occurrences since the last line)` when a line is due now; otherwise counts
+    /// `n` occurrences for the next line.
+    fn due(&mut self, n: u64) -> Option<u64> {
+        self.held += n;
+        if self.last.is_some_and(|last| last.elapsed() < Self::EVERY) {
+            return None;
+        }
+        self.last = Some(Instant::now());
+        Some(std::mem::take(&mut self.held))
+    }
+}
+
 /// One sink driven by a runner, with its own counters, start and stop.
 struct Member {
     ctx: SinkContext,
     sink: Box<dyn Sink>,
     batch_size: usize,
+    /// Where events the destination refuses for good go.
+    dead_letter: Option<Arc<dyn Channel>>,
+    /// Lines about refused events: dead-lettered, or retried for want of a `dead_letter`.
+    refusals: Throttle,
     counters: SinkCounters,
     /// Filled in once the sink has started.
     pipelining: Pipelining,
@@ -368,6 +398,8 @@ impl Member {
             ctx,
             sink,
             batch_size,
+            dead_letter: None,
+            refusals: Throttle::default(),
             pipelining: Pipelining::ONE_BATCH,
             started: false,
         }
@@ -379,6 +411,7 @@ impl Member {
             sink,
             batch_size,
             metrics,
+            dead_letter,
             ..
         } = spec;
         let ctx = SinkContext {
@@ -386,7 +419,9 @@ impl Member {
             metrics,
             state: Some(state),
         };
-        Self::new(ctx, sink, batch_size)
+        let mut member = Self::new(ctx, sink, batch_size);
+        member.dead_letter = dead_letter;
+        member
     }
 
     fn name(&self) -> &str {
@@ -774,6 +809,19 @@ impl SinkRunner {
     /// rolls their takes back, newest first, so that their events return to the front of the
     /// channel in channel order, then backs off.
     async fn failed(&mut self, error: SinkError) -> Flow {
+        if error.is_permanent() {
+            if self.members[self.current].dead_letter.is_some() {
+                return self.sift(error).await;
+            }
+            let events = self.in_flight.events as u64;
+            let member = &mut self.members[self.current];
+            if let Some(refused) = member.refusals.due(events) {
+                error!(
+                    sink = %member.name(), error = %error, events = refused,
+                    "the destination refuses these events for good (a permanent failure); they are retried and hold up the events behind them: set `dead_letter` on this sink to move refused events to another channel"
+                );
+            }
+        }
         self.member_failed(self.current, &error, self.in_flight.events);
         let mut takes = self.in_flight.take_all();
         while let Some(next) = self.next_member().await {
@@ -787,7 +835,16 @@ impl SinkRunner {
             self.current = next;
             match self.hand_over(takes).await {
                 Ok(()) => return Flow::Continue,
-                Err(rest) => takes = rest,
+                Err((rest, error))
+                    if error.is_permanent() && self.member().dead_letter.is_some() =>
+                {
+                    // This member's destination refuses events of them: find those.
+                    for take in rest {
+                        self.in_flight.push(take, false);
+                    }
+                    return self.sift(error).await;
+                }
+                Err((rest, _)) => takes = rest,
             }
         }
         let events: usize = takes.iter().map(|t| t.events().len()).sum();
@@ -809,13 +866,179 @@ impl SinkRunner {
         Flow::Continue
     }
 
+    /// After a permanent failure, with a `dead_letter` channel: splits each batch in flight
+    /// into halves, and those that fail again into halves, until the events the destination
+    /// refuses are single; delivers the rest; commits each take with its refused events moved
+    /// to the dead-letter channel ([`crate::dead_letter::commit_moving`]). A transient failure
+    /// on the way rolls back what is left, as any failure: the next attempt sends the halves
+    /// already delivered again (at least once, or skipped by sinks that track sequences).
+    async fn sift(&mut self, error: SinkError) -> Flow {
+        // The events are at fault, not the sink: it is not penalised.
+        let member = &mut self.members[self.current];
+        member
+            .counters
+            .write_fails
+            .add(self.in_flight.events as u64);
+        let mut takes: VecDeque<_> = self.in_flight.take_all().into();
+        // With one batch in flight, the failure was its own: split it at once.
+        let mut known = (takes.len() == 1).then_some(error);
+        while let Some(take) = takes.pop_front() {
+            let (take, sifted) = self.sift_take(take, known.take()).await;
+            let outcome = match sifted {
+                Ok(refused) if refused.is_empty() => {
+                    self.delivered(self.current, vec![take]).await;
+                    continue;
+                }
+                Ok(refused) => self.dead_letter(take, refused).await,
+                Err(error) => {
+                    takes.push_front(take);
+                    Err(error.to_string())
+                }
+            };
+            if let Err(error) = outcome {
+                let member = &self.members[self.current];
+                let name = member.name().to_owned();
+                error!(sink = %name, %error, "delivery failed while isolating refused events; rolling back and retrying");
+                member.ctx.metrics.failed(&error);
+                while let Some(take) = takes.pop_back() {
+                    if let Err(e) = take.rollback().await {
+                        error!(sink = %name, error = %e, "cannot roll back take");
+                    }
+                }
+                if self.gives_up_draining() {
+                    return Flow::Stop;
+                }
+                back_off(&mut self.backoff).await;
+                return Flow::Continue;
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Sends the events of `take` in halves, recursively, until every event is delivered or
+    /// refused alone; returns the refused ones (index in the take, reason). `known`: the
+    /// permanent failure of the whole take, when already known. A transient failure ends it.
+    async fn sift_take(
+        &mut self,
+        take: Box<dyn TakeTransaction>,
+        known: Option<SinkError>,
+    ) -> (
+        Box<dyn TakeTransaction>,
+        Result<Vec<(usize, String)>, SinkError>,
+    ) {
+        let result = self
+            .sift_events(take.events(), take.sequences(), known)
+            .await;
+        (take, result)
+    }
+
+    /// [`Self::sift_take`] on the events of a take (and their sequence numbers).
+    async fn sift_events(
+        &mut self,
+        events: &[Event],
+        sequences: Option<&[u64]>,
+        known: Option<SinkError>,
+    ) -> Result<Vec<(usize, String)>, SinkError> {
+        let mut refused = Vec::new();
+        // Ranges still to send, the next one last.
+        let mut ranges = vec![(0, events.len())];
+        if let Some(error) = known {
+            ranges.clear();
+            split_or_refuse((0, events.len()), error, &mut ranges, &mut refused);
+        }
+        while let Some((start, end)) = ranges.pop() {
+            let member = &mut self.members[self.current];
+            let batch = SinkBatch {
+                events: &events[start..end],
+                sequences: sequences.and_then(|s| s.get(start..end)),
+            };
+            member.counters.drain_attempts.add((end - start) as u64);
+            let result = match member.sink.send(batch).await {
+                Ok(()) => member.sink.flush().await,
+                Err(error) => Err(error),
+            };
+            match result {
+                Ok(()) => {}
+                Err(error) if error.is_permanent() => {
+                    split_or_refuse((start, end), error, &mut ranges, &mut refused);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        refused.sort_unstable_by_key(|(i, _)| *i);
+        Ok(refused)
+    }
+
+    /// Commits `take`, the events at `refused` (index, reason) moved to the current member's
+    /// dead-letter channel and the others counted as delivered.
+    async fn dead_letter(
+        &mut self,
+        take: Box<dyn TakeTransaction>,
+        refused: Vec<(usize, String)>,
+    ) -> Result<(), String> {
+        let member = &self.members[self.current];
+        let name = member.name().to_owned();
+        let Some(dead_letter) = member.dead_letter.clone() else {
+            take.rollback().await.map_err(|e| e.to_string())?;
+            return Err("the sink has no dead_letter channel".into());
+        };
+        let events = take.events();
+        let letters: Vec<Event> = refused
+            .iter()
+            .filter_map(|(i, reason)| {
+                let event = events.get(*i)?;
+                Some(crate::dead_letter::dead_letter(
+                    event,
+                    reason,
+                    &name,
+                    self.channel.name(),
+                ))
+            })
+            .collect();
+        let n = events.len();
+        let delivered = n - letters.len();
+        let bytes: usize = events.iter().map(|e| e.body.len()).sum();
+        let first_reason = refused.first().map(|(_, r)| r.clone()).unwrap_or_default();
+        let moved = crate::dead_letter::commit_moving(
+            take,
+            self.channel.as_ref(),
+            &dead_letter,
+            letters,
+            &name,
+        )
+        .await;
+        if let Err(error) = moved {
+            return Err(format!(
+                "cannot move {} refused events to dead-letter channel `{}`: {error}",
+                refused.len(),
+                dead_letter.name()
+            ));
+        }
+        let member = &mut self.members[self.current];
+        member.counters.dead_lettered.add(refused.len() as u64);
+        member.counters.drain_successes.add(delivered as u64);
+        member.counters.drained_bytes.add(bytes as u64);
+        member.counters.batches_underflow.inc();
+        if let Some(count) = member.refusals.due(refused.len() as u64) {
+            warn!(
+                sink = %member.name(), dead_letter = %dead_letter.name(), events = count,
+                reason = %first_reason,
+                "the destination refused events for good; moved them to the dead-letter channel"
+            );
+        }
+        self.failing_since = None;
+        self.backoff = MIN_BACKOFF;
+        member.ctx.metrics.succeeded();
+        Ok(())
+    }
+
     /// Delivers the batches another member failed to the current member, as many per flush
     /// as its pipelining allows, committing each flush's takes; on failure returns the takes
-    /// not delivered, oldest first.
+    /// not delivered, oldest first, and the failure.
     async fn hand_over(
         &mut self,
         takes: Vec<Box<dyn TakeTransaction>>,
-    ) -> Result<(), Vec<Box<dyn TakeTransaction>>> {
+    ) -> Result<(), (Vec<Box<dyn TakeTransaction>>, SinkError)> {
         let mut takes: VecDeque<_> = takes.into();
         let mut first = true;
         while !takes.is_empty() {
@@ -842,7 +1065,7 @@ impl SinkRunner {
                 if let Err(e) = result {
                     self.member_failed(self.current, &e, events);
                     sent.extend(takes);
-                    return Err(sent);
+                    return Err((sent, e));
                 }
             }
             if first {
@@ -852,7 +1075,7 @@ impl SinkRunner {
             if let Err(e) = self.member().sink.flush().await {
                 self.member_failed(self.current, &e, events);
                 sent.extend(takes);
-                return Err(sent);
+                return Err((sent, e));
             }
             self.member().counters.delivery.observe(since.elapsed());
             self.delivered(self.current, sent).await;
@@ -881,6 +1104,23 @@ impl SinkRunner {
         );
         true
     }
+}
+
+/// After `error`, a permanent failure of the events `range` (start, end): a single event is
+/// refused; more are split into halves, pushed so that the first half is sent next.
+fn split_or_refuse(
+    (start, end): (usize, usize),
+    error: SinkError,
+    ranges: &mut Vec<(usize, usize)>,
+    refused: &mut Vec<(usize, String)>,
+) {
+    if end - start <= 1 {
+        refused.push((start, error.to_string()));
+        return;
+    }
+    let middle = start + (end - start) / 2;
+    ranges.push((middle, end));
+    ranges.push((start, middle));
 }
 
 #[cfg(test)]
@@ -1249,6 +1489,219 @@ mod tests {
             .flat_map(|step| step.split(", "))
             .map(str::to_owned)
             .collect()
+    }
+
+    /// A pipelining sink whose destination refuses for good every flush holding one of
+    /// `refused`, and fails for a while the flushes numbered in `transient`.
+    struct RefusingSink {
+        refused: Vec<&'static str>,
+        transient: Vec<usize>,
+        flushes: usize,
+        pending: Vec<String>,
+        delivered: Arc<Mutex<Vec<String>>>,
+    }
+
+    #[async_trait]
+    impl Sink for RefusingSink {
+        async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+            self.send(batch).await?;
+            self.flush().await
+        }
+        async fn send(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+            self.pending.extend(
+                batch
+                    .events
+                    .iter()
+                    .map(|e| String::from_utf8_lossy(&e.body).into_owned()),
+            );
+            Ok(())
+        }
+        async fn flush(&mut self) -> Result<(), SinkError> {
+            let number = self.flushes;
+            self.flushes += 1;
+            let pending = std::mem::take(&mut self.pending);
+            if self.transient.contains(&number) {
+                return Err(SinkError::Delivery("the destination is down".into()));
+            }
+            if let Some(bad) = pending.iter().find(|b| self.refused.contains(&b.as_str())) {
+                return Err(SinkError::permanent(format!("refused {bad}")));
+            }
+            self.delivered.lock().unwrap().extend(pending);
+            Ok(())
+        }
+        fn pipelining(&self) -> Pipelining {
+            Pipelining {
+                max_batches: 4,
+                max_events: 1000,
+                max_delay: Duration::from_secs(1),
+            }
+        }
+    }
+
+    /// Drains 50 events `e0`..`e49` through `sink` with a memory dead-letter channel; returns
+    /// what the sink delivered, the dead letters and the sink's counters.
+    async fn drain_refusing(
+        refused: Vec<&'static str>,
+        transient: Vec<usize>,
+    ) -> (Vec<String>, Vec<Event>, ComponentMetrics) {
+        let log = Log::default();
+        let channel = filled_channel(&log, 50, None).await;
+        let dead_letter: Arc<dyn Channel> = Arc::new(MemoryChannel::new(
+            "refused",
+            &MemoryChannelConfig {
+                capacity: 1000,
+                transaction_capacity: 100,
+                byte_capacity: None,
+            },
+        ));
+        let delivered = Arc::new(Mutex::new(Vec::new()));
+        let sink = RefusingSink {
+            refused,
+            transient,
+            flushes: 0,
+            pending: Vec::new(),
+            delivered: Arc::clone(&delivered),
+        };
+        let metrics = ComponentMetrics::new("sink", "api");
+        let ctx = SinkContext {
+            name: "api".into(),
+            metrics: metrics.clone(),
+            state: None,
+        };
+        let drain = Shutdown::new();
+        drain.trigger();
+        let mut runner = SinkRunner::new(ctx, Box::new(sink), Arc::new(channel), 10, drain);
+        runner.members[0].dead_letter = Some(Arc::clone(&dead_letter));
+        runner.run().await;
+        let letters = dead_letter
+            .take(100, Duration::ZERO)
+            .await
+            .unwrap()
+            .events()
+            .to_vec();
+        let delivered = delivered.lock().unwrap().clone();
+        (delivered, letters, metrics)
+    }
+
+    fn bodies_except(refused: &[&str]) -> Vec<String> {
+        (0..50)
+            .map(|i| format!("e{i}"))
+            .filter(|b| !refused.contains(&b.as_str()))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_events_among_pipelined_batches_are_dead_lettered_and_the_rest_delivered_in_order()
+     {
+        let refused = vec!["e7", "e23", "e24", "e49"];
+        let (delivered, letters, metrics) = drain_refusing(refused.clone(), vec![]).await;
+        assert_eq!(
+            delivered,
+            bodies_except(&refused),
+            "each other event once, in order"
+        );
+        let dead: Vec<String> = letters
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.body).into_owned())
+            .collect();
+        assert_eq!(dead, refused);
+        let first = &letters[0].headers;
+        assert_eq!(
+            first.get("ferry.dead_letter.reason").map(String::as_str),
+            Some("refused e7")
+        );
+        assert_eq!(
+            first.get("ferry.dead_letter.sink").map(String::as_str),
+            Some("api")
+        );
+        assert_eq!(
+            first.get("ferry.dead_letter.channel").map(String::as_str),
+            Some("buffer")
+        );
+        assert!(first.contains_key("ferry.dead_letter.time"));
+        assert_eq!(metrics.counter("EventDeadLetteredCount").get(), 4);
+        assert_eq!(metrics.counter("EventDrainSuccessCount").get(), 46);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_failure_while_splitting_rolls_back_and_dead_letters_each_event_once() {
+        let refused = vec!["e13"];
+        // Flush 0 holds the first four batches and is refused; flush 1 delivers e0..e9
+        // (committed), 2 refuses e10..e19, 3 refuses e10..e14, 4 delivers e10 and e11, and the
+        // destination is down for 5 (e12..e14): e10 and e11 are sent again after the rollback.
+        let (delivered, letters, _) = drain_refusing(refused.clone(), vec![5]).await;
+        let mut unique = delivered.clone();
+        unique.sort_by_key(|b| b[1..].parse::<u32>().unwrap());
+        unique.dedup();
+        assert_eq!(unique, bodies_except(&refused), "nothing lost");
+        assert!(
+            delivered.len() > unique.len(),
+            "halves sent again after the rollback"
+        );
+        assert_eq!(letters.len(), 1, "dead-lettered once");
+        assert_eq!(&letters[0].body[..], b"e13");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_that_refuses_events_of_a_handed_over_batch_dead_letters_them() {
+        let log = Log::default();
+        let channel = filled_channel(&log, 20, None).await;
+        let dead_letter: Arc<dyn Channel> = Arc::new(MemoryChannel::new(
+            "refused",
+            &MemoryChannelConfig {
+                capacity: 100,
+                transaction_capacity: 100,
+                byte_capacity: None,
+            },
+        ));
+        let delivered = Arc::new(Mutex::new(Vec::new()));
+        let member = |name: &'static str, sink: Box<dyn Sink>| {
+            let ctx = SinkContext {
+                name: name.into(),
+                metrics: ComponentMetrics::new("sink", name),
+                state: None,
+            };
+            Member::new(ctx, sink, 10)
+        };
+        let primary = member("primary", Box::new(named("primary", &log, 1)));
+        let mut standby = member(
+            "standby",
+            Box::new(RefusingSink {
+                refused: vec!["e3"],
+                transient: vec![],
+                flushes: 0,
+                pending: Vec::new(),
+                delivered: Arc::clone(&delivered),
+            }),
+        );
+        standby.dead_letter = Some(Arc::clone(&dead_letter));
+        let processor = SinkProcessorConfig::Failover {
+            priorities: vec![10, 5],
+            max_penalty: Duration::from_secs(30),
+        };
+        let drain = Shutdown::new();
+        drain.trigger();
+        SinkRunner::with_members(
+            Some("group".into()),
+            vec![primary, standby],
+            &processor,
+            Arc::new(channel),
+            drain,
+        )
+        .run()
+        .await;
+        // The first batch, handed over: all but e3 (the next batch may go to either).
+        let delivered = delivered.lock().unwrap().clone();
+        assert_eq!(delivered[..9], bodies_except(&["e3"])[..9]);
+        let letters = dead_letter.take(10, Duration::ZERO).await.unwrap();
+        assert_eq!(letters.events().len(), 1);
+        assert_eq!(
+            letters.events()[0]
+                .headers
+                .get("ferry.dead_letter.sink")
+                .map(String::as_str),
+            Some("standby")
+        );
     }
 
     #[tokio::test(start_paused = true)]

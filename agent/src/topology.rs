@@ -135,6 +135,9 @@ pub struct SinkSpec {
     pub channel: Arc<dyn Channel>,
     /// Most events per take (`batch_size`, default 100 as Flume's sinks).
     pub batch_size: usize,
+    /// Where events the destination refuses for good go (`dead_letter`); `None`: they are
+    /// retried.
+    pub dead_letter: Option<Arc<dyn Channel>>,
     /// Its counters.
     pub metrics: ComponentMetrics,
 }
@@ -678,6 +681,14 @@ impl Builder<'_> {
                     self.sink_channel(&name, node, declared, &topology.channels)
                 }
             };
+            let dead_letter =
+                self.sink_dead_letter(&entry, channel.as_deref(), declared, &topology.channels);
+            if let Some(node) = entry.node.get_node("dead_letter")
+                && let Some(scalar) = node.as_scalar()
+            {
+                // Read by `agent dead-letters` (or a sink of its own), not left to pile up.
+                read.insert(scalar.as_str().to_owned());
+            }
             let batch_size = self.sink_batch_size(&entry);
             if let Some(channel) = &channel {
                 let location = entry.location_of_key("batch_size");
@@ -686,6 +697,27 @@ impl Builder<'_> {
                     &name,
                     batch_size,
                     channel.as_ref(),
+                    location,
+                );
+            }
+            if let Some(dead_letter) = &dead_letter {
+                // A batch's refused events go to the dead-letter channel in one put.
+                let location = entry.location_of_key("dead_letter");
+                if !dead_letter.is_durable() {
+                    let at = location.map(|l| format!("{l}: ")).unwrap_or_default();
+                    self.notes.push((
+                        location,
+                        format!(
+                            "{at}sink `{name}`: dead_letter `{}` is a memory channel, so refused events moved there are lost if the agent crashes or stops with them; a `file` channel keeps them",
+                            dead_letter.name()
+                        ),
+                    ));
+                }
+                self.check_fits(
+                    ComponentKind::Sink,
+                    &name,
+                    batch_size,
+                    dead_letter.as_ref(),
                     location,
                 );
             }
@@ -723,6 +755,7 @@ impl Builder<'_> {
                     factory,
                     channel,
                     batch_size,
+                    dead_letter,
                 });
             }
         }
@@ -1061,6 +1094,40 @@ impl Builder<'_> {
             );
         }
         found.pop()
+    }
+
+    /// A sink's `dead_letter`: a channel of the pipeline other than the one it takes from.
+    fn sink_dead_letter(
+        &mut self,
+        entry: &Entry<'_>,
+        channel: Option<&dyn Channel>,
+        declared: &Declared,
+        built: &BTreeMap<String, Arc<MeteredChannel>>,
+    ) -> Option<Arc<dyn Channel>> {
+        let node = entry.node.get_node("dead_letter")?;
+        let Some(scalar) = node.as_scalar() else {
+            self.component_error(
+                ComponentKind::Sink,
+                entry.name,
+                location(node),
+                "`dead_letter` names one channel",
+            );
+            return None;
+        };
+        if channel.is_some_and(|c| c.name() == scalar.as_str()) {
+            self.component_error(
+                ComponentKind::Sink,
+                entry.name,
+                key_location(scalar),
+                format!(
+                    "`dead_letter` cannot be `{}`, the channel this sink takes from: refused events would come straight back; name another channel",
+                    scalar.as_str()
+                ),
+            );
+            return None;
+        }
+        self.channel_refs(ComponentKind::Sink, entry.name, node, declared, built)
+            .pop()
     }
 
     /// A sink's `batch_size`: most events per take.
@@ -1510,7 +1577,7 @@ fn selector<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Selector, D::Error
 fn runtime_keys(kind: ComponentKind) -> &'static [&'static str] {
     match kind {
         ComponentKind::Source => &["channels", "interceptors", "selector"],
-        ComponentKind::Sink => &["channel", "batch_size"],
+        ComponentKind::Sink => &["channel", "batch_size", "dead_letter"],
         ComponentKind::Channel | ComponentKind::Interceptor => &[],
     }
 }

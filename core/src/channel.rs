@@ -143,6 +143,26 @@ pub trait TakeTransaction: Send {
     }
     /// Removes the events from the channel for good.
     async fn commit(self: Box<Self>) -> Result<(), ChannelError>;
+    /// Removes the events from the channel for good as one part of a joint put (see
+    /// [`StateStore::begin_joint_put`]): in one transaction with the puts of the other parts,
+    /// so that the events leave this channel exactly when others arrive elsewhere. Only a take
+    /// of a channel whose [`Channel::joint_store`] is `part`'s store can; by default the part
+    /// is given up (failing the whole put) and the take stays open, to be rolled back.
+    async fn commit_joint(self: Box<Self>, part: JointPart) -> Result<(), ChannelError> {
+        let error = crate::state::StateError::Database {
+            path: part
+                .store()
+                .map(|s| s.path().to_owned())
+                .unwrap_or_default(),
+            message: "this channel cannot commit a take in a joint put".into(),
+        };
+        part.abandon(error.clone());
+        self.rollback().await?;
+        Err(ChannelError::Storage {
+            channel: String::new(),
+            message: error.to_string(),
+        })
+    }
     /// Returns the events to the front of the channel.
     async fn rollback(self: Box<Self>) -> Result<(), ChannelError>;
 }
@@ -362,6 +382,18 @@ impl TakeTransaction for MeteredTake {
         let n = self.inner.events().len() as u64;
         let (counts, taken) = (self.counts, self.taken);
         self.inner.commit().await?;
+        counts.take_successes.add(n);
+        counts.take_to_commit.observe(taken.elapsed());
+        counts.taken(n);
+        Ok(())
+    }
+    async fn commit_joint(self: Box<Self>, part: JointPart) -> Result<(), ChannelError> {
+        let n = self.inner.events().len() as u64;
+        let (counts, taken) = (self.counts, self.taken);
+        if let Err(error) = self.inner.commit_joint(part).await {
+            counts.rollbacks.inc();
+            return Err(error);
+        }
         counts.take_successes.add(n);
         counts.take_to_commit.observe(taken.elapsed());
         counts.taken(n);

@@ -27,8 +27,22 @@ pub struct SinkBatch<'a> {
     pub sequences: Option<&'a [u64]>,
 }
 
-/// What a sink reports when it could not deliver. The runner rolls the take back and retries
-/// the same batch after a backoff, so nothing is lost.
+/// What a sink reports when it could not deliver.
+///
+/// A failure is **transient** (the default: [`SinkError::io`], [`SinkError::Delivery`]) when
+/// the same batch may succeed later: the runner rolls the take back and retries it after a
+/// backoff, so nothing is lost. It is **permanent** ([`SinkError::permanent`]) when the
+/// destination refuses the events themselves and will refuse them again (an HTTP 400, a record
+/// larger than the topic accepts): the runner then splits the batch to find the events at
+/// fault and moves them to the sink's `dead_letter` channel, or, without one, keeps retrying
+/// and says that the failure is permanent.
+///
+/// ```
+/// use ferry_core::SinkError;
+/// let refused = SinkError::permanent("POST http://127.0.0.1:8080/: 400 Bad Request");
+/// assert!(refused.is_permanent());
+/// assert!(!SinkError::Delivery("connection refused".into()).is_permanent());
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
     /// An I/O error at the destination.
@@ -39,9 +53,12 @@ pub enum SinkError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// The destination refused or failed the delivery.
+    /// The destination refused or failed the delivery; it may succeed later.
     #[error("{0}")]
     Delivery(String),
+    /// The destination refused the events for good: sending them again will not help.
+    #[error("{0}")]
+    Permanent(String),
 }
 
 impl SinkError {
@@ -51,6 +68,16 @@ impl SinkError {
             context: context.into(),
             source,
         }
+    }
+
+    /// A failure that retrying the same events cannot cure, e.g. `POST ...: 400 Bad Request`.
+    pub fn permanent(reason: impl Into<String>) -> Self {
+        Self::Permanent(reason.into())
+    }
+
+    /// Whether the destination refused the events for good ([`SinkError::permanent`]).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, Self::Permanent(_))
     }
 }
 

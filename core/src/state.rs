@@ -316,12 +316,30 @@ impl StateStore {
         puts: &[(&str, &PutCommit<'_>)],
         checkpoint: Option<(&str, &Checkpoint)>,
     ) -> Result<(), StateError> {
-        let durability =
-            if !puts.is_empty() && puts.iter().all(|(_, p)| p.durability == Durability::Normal) {
-                Durability::Normal
-            } else {
-                Durability::Full
-            };
+        self.commit_together(puts, &[], checkpoint)
+    }
+
+    /// Commits puts, takes and a checkpoint in one transaction (a joint put; see
+    /// [`JointPart::commit_take`]). As durable as the most durable of them.
+    fn commit_together(
+        &self,
+        puts: &[(&str, &PutCommit<'_>)],
+        takes: &[(&str, &TakeCommit<'_>)],
+        checkpoint: Option<(&str, &Checkpoint)>,
+    ) -> Result<(), StateError> {
+        let durabilities = puts
+            .iter()
+            .map(|(_, p)| p.durability)
+            .chain(takes.iter().map(|(_, t)| t.durability));
+        let mut normal = None;
+        for durability in durabilities {
+            normal = Some(normal.unwrap_or(true) && durability == Durability::Normal);
+        }
+        let durability = if normal == Some(true) {
+            Durability::Normal
+        } else {
+            Durability::Full
+        };
         let mut writer = lock(&self.0.writer);
         writer
             .set_durability(durability)
@@ -330,9 +348,16 @@ impl StateStore {
         for (channel, _) in puts {
             ids.push(self.channel_id(&writer.conn, channel)?);
         }
+        let mut take_ids = Vec::with_capacity(takes.len());
+        for (channel, _) in takes {
+            take_ids.push(self.channel_id(&writer.conn, channel)?);
+        }
         let tx = writer.conn.transaction().map_err(|e| self.error(e))?;
         for (id, (_, put)) in ids.into_iter().zip(puts) {
             record_put(&tx, id, put).map_err(|e| self.error(e))?;
+        }
+        for (id, (_, take)) in take_ids.into_iter().zip(takes) {
+            record_take(&tx, id, take).map_err(|e| self.error(e))?;
         }
         if let Some((source, checkpoint)) = checkpoint {
             save_checkpoint(&tx, source, checkpoint).map_err(|e| self.error(e))?;
@@ -342,7 +367,9 @@ impl StateStore {
     }
 
     /// Starts a put of one batch into `parts` channels of this store, committed in one
-    /// transaction with `checkpoint` of `source`. Waits while another joint put of this store
+    /// transaction with `checkpoint` of `source`. A part may instead be a take commit
+    /// ([`JointPart::commit_take`]): events then leave one channel in the transaction that
+    /// puts them into another (a sink's dead letters; `agent dead-letters replay`). Waits while another joint put of this store
     /// is under way: each part holds its channel's commits until the transaction, so two at
     /// once could each wait for a channel the other holds.
     pub async fn begin_joint_put(
@@ -378,39 +405,7 @@ impl StateStore {
             .map_err(|e| self.error(e))?;
         let id = self.channel_id(&writer.conn, channel)?;
         let tx = writer.conn.transaction().map_err(|e| self.error(e))?;
-        let run = |sql: &str, values: &[&dyn rusqlite::ToSql]| {
-            tx.prepare_cached(sql)
-                .and_then(|mut statement| statement.execute(values))
-                .map_err(|e| self.error(e))
-        };
-        run(
-            "UPDATE channel_log SET taken_seq = ?2, stored = stored - ?3 WHERE id = ?1",
-            &[&id, &(take.taken_seq as i64), &(take.removed as i64)],
-        )?;
-        for (first, last) in take.ranges {
-            if *last >= take.taken_seq {
-                run(
-                    "INSERT OR REPLACE INTO channel_taken (channel, first_seq, last_seq) VALUES (?1, ?2, ?3)",
-                    &[&id, &(*first as i64), &(*last as i64)],
-                )?;
-            }
-        }
-        run(
-            "DELETE FROM channel_taken WHERE channel = ?1 AND last_seq < ?2",
-            &[&id, &(take.taken_seq as i64)],
-        )?;
-        for base in take.dropped_segments {
-            run(
-                "DELETE FROM channel_segments WHERE channel = ?1 AND base_seq = ?2",
-                &[&id, &(*base as i64)],
-            )?;
-        }
-        if take.log_emptied {
-            run(
-                "UPDATE channel_log SET end_segment = NULL, end_offset = 0 WHERE id = ?1",
-                &[&id],
-            )?;
-        }
+        record_take(&tx, id, take).map_err(|e| self.error(e))?;
         tx.commit().map_err(|e| self.error(e))?;
         Ok(())
     }
@@ -637,12 +632,24 @@ struct Joint {
 
 #[derive(Default)]
 struct JointState {
-    /// What each part that arrived commits.
+    /// What each part that arrived commits: a channel's puts, by channel.
     deposits: Vec<(String, OwnedPutCommit)>,
+    /// The take commits of parts that remove events from a channel, by channel.
+    takes: Vec<(String, OwnedTakeCommit)>,
     /// Parts that gave up.
     abandoned: Option<StateError>,
     /// The outcome, once known.
     outcome: Option<Result<(), StateError>>,
+}
+
+/// A [`TakeCommit`] that owns its parts, to travel between the parts' threads.
+struct OwnedTakeCommit {
+    ranges: Vec<(u64, u64)>,
+    removed: u64,
+    taken_seq: u64,
+    dropped_segments: Vec<u64>,
+    log_emptied: bool,
+    durability: Durability,
 }
 
 /// A [`PutCommit`] that owns its parts, to travel between the parts' threads.
@@ -664,27 +671,46 @@ impl JointPart {
 
     /// Commits `channel`'s part once every part arrived, in one transaction with the others.
     /// Blocks (call it from `spawn_blocking`). Every part gets the same outcome.
-    pub fn commit(mut self, channel: &str, put: &PutCommit<'_>) -> Result<(), StateError> {
+    pub fn commit(self, channel: &str, put: &PutCommit<'_>) -> Result<(), StateError> {
+        let owned = OwnedPutCommit {
+            end: put.end,
+            next_seq: put.next_seq,
+            taken_seq: put.taken_seq,
+            added: put.added,
+            new_segments: put.new_segments.to_vec(),
+            checkpoints: put
+                .checkpoints
+                .iter()
+                .map(|(s, c)| ((*s).to_owned(), (*c).clone()))
+                .collect(),
+            durability: put.durability,
+        };
+        self.deposit(|state| state.deposits.push((channel.to_owned(), owned)))
+    }
+
+    /// Commits a take of `channel` as this part, in one transaction with the other parts'
+    /// puts: the events leave `channel` exactly when the others arrive in theirs (a sink's
+    /// refused events moving to its dead-letter channel, a replay moving them back). Blocks
+    /// like [`Self::commit`].
+    pub fn commit_take(self, channel: &str, take: &TakeCommit<'_>) -> Result<(), StateError> {
+        let owned = OwnedTakeCommit {
+            ranges: take.ranges.to_vec(),
+            removed: take.removed,
+            taken_seq: take.taken_seq,
+            dropped_segments: take.dropped_segments.to_vec(),
+            log_emptied: take.log_emptied,
+            durability: take.durability,
+        };
+        self.deposit(|state| state.takes.push((channel.to_owned(), owned)))
+    }
+
+    /// Leaves this part's commit with the others and waits for the outcome.
+    fn deposit(mut self, leave: impl FnOnce(&mut JointState)) -> Result<(), StateError> {
         let Some(joint) = self.joint.take() else {
             return Err(joint_error(None, "the part was already used"));
         };
         let mut state = lock(&joint.state);
-        state.deposits.push((
-            channel.to_owned(),
-            OwnedPutCommit {
-                end: put.end,
-                next_seq: put.next_seq,
-                taken_seq: put.taken_seq,
-                added: put.added,
-                new_segments: put.new_segments.to_vec(),
-                checkpoints: put
-                    .checkpoints
-                    .iter()
-                    .map(|(s, c)| ((*s).to_owned(), (*c).clone()))
-                    .collect(),
-                durability: put.durability,
-            },
-        ));
+        leave(&mut state);
         joint.settle(&mut state);
         loop {
             if let Some(outcome) = &state.outcome {
@@ -726,7 +752,7 @@ impl Joint {
     /// Once every part arrived or gave up: runs the transaction (or fails it) and wakes
     /// every part.
     fn settle(&self, state: &mut JointState) {
-        let arrived = state.deposits.len();
+        let arrived = state.deposits.len() + state.takes.len();
         if state.outcome.is_some() {
             return;
         }
@@ -761,8 +787,25 @@ impl Joint {
                 .zip(&commits)
                 .map(|((name, _), commit)| (name.as_str(), commit))
                 .collect();
+            let takes: Vec<(&str, TakeCommit<'_>)> = state
+                .takes
+                .iter()
+                .map(|(name, t)| {
+                    let take = TakeCommit {
+                        ranges: &t.ranges,
+                        removed: t.removed,
+                        taken_seq: t.taken_seq,
+                        dropped_segments: &t.dropped_segments,
+                        log_emptied: t.log_emptied,
+                        durability: t.durability,
+                    };
+                    (name.as_str(), take)
+                })
+                .collect();
+            let takes: Vec<(&str, &TakeCommit<'_>)> =
+                takes.iter().map(|(name, take)| (*name, take)).collect();
             let checkpoint = self.checkpoint.as_ref().map(|(s, c)| (s.as_str(), c));
-            self.store.commit_puts(&puts, checkpoint)
+            self.store.commit_together(&puts, &takes, checkpoint)
         };
         state.outcome = Some(outcome);
         self.done.notify_all();
@@ -828,6 +871,43 @@ pub fn free_space(path: &Path) -> std::io::Result<u64> {
     let stats = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
     #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
     Ok((stats.blocks_available() as u64).saturating_mul(stats.fragment_size() as u64))
+}
+
+/// Records one channel's take commit in `tx`.
+fn record_take(tx: &Connection, id: i64, take: &TakeCommit<'_>) -> rusqlite::Result<()> {
+    let run = |sql: &str, values: &[&dyn rusqlite::ToSql]| {
+        tx.prepare_cached(sql)
+            .and_then(|mut statement| statement.execute(values))
+    };
+    run(
+        "UPDATE channel_log SET taken_seq = ?2, stored = stored - ?3 WHERE id = ?1",
+        &[&id, &(take.taken_seq as i64), &(take.removed as i64)],
+    )?;
+    for (first, last) in take.ranges {
+        if *last >= take.taken_seq {
+            run(
+                "INSERT OR REPLACE INTO channel_taken (channel, first_seq, last_seq) VALUES (?1, ?2, ?3)",
+                &[&id, &(*first as i64), &(*last as i64)],
+            )?;
+        }
+    }
+    run(
+        "DELETE FROM channel_taken WHERE channel = ?1 AND last_seq < ?2",
+        &[&id, &(take.taken_seq as i64)],
+    )?;
+    for base in take.dropped_segments {
+        run(
+            "DELETE FROM channel_segments WHERE channel = ?1 AND base_seq = ?2",
+            &[&id, &(*base as i64)],
+        )?;
+    }
+    if take.log_emptied {
+        run(
+            "UPDATE channel_log SET end_segment = NULL, end_offset = 0 WHERE id = ?1",
+            &[&id],
+        )?;
+    }
+    Ok(())
 }
 
 /// Records one channel's puts in `tx`.

@@ -828,6 +828,45 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_too_large_is_a_permanent_failure_and_a_lost_cluster_a_transient_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = start_broker(dir.path()).await;
+        let bootstrap = broker.local_addr().to_string();
+        let mut sink = started(&format!(
+            "bootstrap_servers: {bootstrap}\ntopic: out\nproducer:\n  message.max.bytes: '1000'"
+        ))
+        .await;
+        let mut events = numbered(0, 3);
+        events.insert(1, Event::from_body("x".repeat(5000)));
+        let err = sink
+            .deliver(SinkBatch {
+                events: &events,
+                sequences: None,
+            })
+            .await
+            .unwrap_err();
+        assert!(err.is_permanent(), "{err}");
+        // Without the large record the rest goes through.
+        events.remove(1);
+        sink.deliver(SinkBatch {
+            events: &events,
+            sequences: None,
+        })
+        .await
+        .unwrap();
+        // `e0`, queued before the large record was refused, may be there twice: at least once.
+        let bodies = committed_bodies(&bootstrap, "out");
+        for name in names(0, 3) {
+            assert!(bodies.contains(&name), "{name} missing from {bodies:?}");
+        }
+        assert!(
+            bodies.iter().all(|b| b.len() < 100),
+            "the large record got through"
+        );
+        broker.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn at_least_once_flush_fails_when_a_record_is_not_acknowledged() {
         // Nothing listens there: records time out after 300 ms.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -848,6 +887,7 @@ mod tests {
         .unwrap();
         let err = sink.flush().await.unwrap_err();
         assert!(err.to_string().contains("not acknowledged"), "{err}");
+        assert!(!err.is_permanent(), "{err}");
     }
 
     #[test]

@@ -6,10 +6,15 @@
 //! | response | result |
 //! |----------|--------|
 //! | 2xx | delivered |
-//! | 5xx, 3xx (redirects are not followed), timeout, connection error | `Err`: the runner retries the batch after a backoff |
-//! | 4xx | `Err` too (nothing is dropped), logged at ERROR with the endpoint's answer, since a retry will most likely be refused again |
+//! | 5xx, 408, 429, 3xx (redirects are not followed), timeout, connection error | transient `Err`: the runner retries the batch after a backoff |
+//! | any other 4xx | permanent `Err` ([`SinkError::permanent`]): the endpoint refuses the data itself; the runner splits the batch to find the events at fault and moves them to the sink's `dead_letter` channel (without one it keeps retrying) |
 //!
 //! Unlike Flume's `HttpSink` (one request per event), one request carries the whole batch.
+//! The sink keeps no progress of its own, so it delivers at least once: a crash between the
+//! endpoint's 2xx and the take commit sends that batch again. When the runner splits a refused
+//! batch, each half the endpoint accepts is delivered at once, but the take commits only when
+//! the whole batch is settled: a crash or a transient failure before then sends the accepted
+//! halves again.
 
 use std::borrow::Cow;
 use std::error::Error as _;
@@ -208,19 +213,24 @@ impl Sink for HttpSink {
             return Ok(());
         }
         let answer = snippet(response).await;
-        if status.is_client_error() {
-            tracing::error!(
-                endpoint = %endpoint, %status, answer,
-                "the endpoint refused a batch of {} events; it will be retried, but will most \
-                 likely be refused again until the endpoint or the data is fixed",
-                batch.events.len()
-            );
-        }
-        Err(SinkError::Delivery(format!(
+        let reason = format!(
             "POST {endpoint}: {status}{}{answer}",
             if answer.is_empty() { "" } else { ": " }
-        )))
+        );
+        if refuses_for_good(status) {
+            Err(SinkError::permanent(reason))
+        } else {
+            Err(SinkError::Delivery(reason))
+        }
     }
+}
+
+/// Whether an answer refuses the request itself, so that sending it again cannot succeed:
+/// every 4xx except 408 Request Timeout and 429 Too Many Requests.
+fn refuses_for_good(status: reqwest::StatusCode) -> bool {
+    status.is_client_error()
+        && status != reqwest::StatusCode::REQUEST_TIMEOUT
+        && status != reqwest::StatusCode::TOO_MANY_REQUESTS
 }
 
 #[cfg(test)]
@@ -341,16 +351,30 @@ mod tests {
         let mut sink = sink(&url, "").await;
         let err = deliver(&mut sink).await.unwrap_err();
         assert!(err.to_string().contains("503"), "{err}");
+        assert!(!err.is_permanent(), "{err}");
         endpoint.status.store(200, Ordering::SeqCst);
         deliver(&mut sink).await.unwrap();
     }
 
     #[tokio::test]
-    async fn client_error_is_an_error_with_the_answer() {
+    async fn client_error_is_a_permanent_error_with_the_answer() {
         let (url, _) = serve(400).await;
         let mut sink = sink(&url, "").await;
-        let err = deliver(&mut sink).await.unwrap_err().to_string();
+        let err = deliver(&mut sink).await.unwrap_err();
+        assert!(err.is_permanent(), "{err}");
+        let err = err.to_string();
         assert!(err.contains("400 Bad Request: endpoint says no"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn request_timeout_and_too_many_requests_are_transient() {
+        let (url, endpoint) = serve(408).await;
+        let mut sink = sink(&url, "").await;
+        assert!(!deliver(&mut sink).await.unwrap_err().is_permanent());
+        endpoint.status.store(429, Ordering::SeqCst);
+        assert!(!deliver(&mut sink).await.unwrap_err().is_permanent());
+        endpoint.status.store(413, Ordering::SeqCst);
+        assert!(deliver(&mut sink).await.unwrap_err().is_permanent());
     }
 
     #[tokio::test]
@@ -369,7 +393,9 @@ mod tests {
         drop(listener);
         let url = format!("http://{address}/events");
         let mut sink = sink(&url, "").await;
-        let err = deliver(&mut sink).await.unwrap_err().to_string();
+        let err = deliver(&mut sink).await.unwrap_err();
+        assert!(!err.is_permanent(), "{err}");
+        let err = err.to_string();
         assert!(err.starts_with(&format!("POST {url}: ")), "{err}");
     }
 

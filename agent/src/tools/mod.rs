@@ -15,6 +15,8 @@ use rdkafka::config::ClientConfig;
 
 pub mod acls;
 pub mod console;
+// `agent dead-letters`: works on a data_dir, not on a cluster.
+pub mod dead_letters;
 pub mod groups;
 pub mod top;
 pub mod topics;

@@ -664,7 +664,12 @@ impl Log {
     /// Commits a take of the events in `runs` (consecutive sequence numbers `(first, last)`,
     /// `count` events in all): they are gone for good. Deletes the segments that leaves wholly
     /// taken.
-    pub(super) fn commit_take(&self, runs: &[(u64, u64)], count: u64) -> Result<(), LogError> {
+    pub(super) fn commit_take(
+        &self,
+        runs: &[(u64, u64)],
+        count: u64,
+        joint: Option<JointPart>,
+    ) -> Result<(), LogError> {
         // One take commit at a time computes and records the mark (two at once could each
         // record a mark that misses the other's events); reads and puts go on meanwhile.
         let _committing = lock(&self.take_commits);
@@ -681,17 +686,19 @@ impl Log {
             taken.pop_first();
         }
         let dropped = wholly_taken(&segments, taken_seq);
-        self.store.commit_take(
-            &self.name,
-            &TakeCommit {
-                ranges: runs,
-                removed: count,
-                taken_seq,
-                dropped_segments: &dropped,
-                log_emptied: false,
-                durability: self.options.durability,
-            },
-        )?;
+        let commit = TakeCommit {
+            ranges: runs,
+            removed: count,
+            taken_seq,
+            dropped_segments: &dropped,
+            log_emptied: false,
+            durability: self.options.durability,
+        };
+        match joint {
+            // In the transaction of the puts that receive these events elsewhere.
+            Some(part) => part.commit_take(&self.name, &commit)?,
+            None => self.store.commit_take(&self.name, &commit)?,
+        }
         {
             let mut index = lock(&self.index);
             index.taken = taken;

@@ -256,6 +256,58 @@ impl FileChannel {
         }))
     }
 
+    /// The channel `cfg` describes (`type: file`), validated; nothing is opened until
+    /// [`Channel::start`].
+    pub fn build(cfg: &ComponentConfig) -> Result<Self, ConfigError> {
+        let options: FileChannelConfig = cfg.parse()?;
+        Self::from_config(cfg, options)
+    }
+
+    /// For tools, while no agent runs on the directory: takes up to `max` events whose
+    /// sequence numbers are in `range`, leaving every other event where it is (a take
+    /// committed here removes exactly these; one rolled back leaves the channel unchanged).
+    /// Reads the log from where the last call stopped, so calls must ask for increasing
+    /// ranges; call it on a started channel that nothing else takes from.
+    pub async fn take_sequences(
+        &self,
+        range: std::ops::RangeInclusive<u64>,
+        max: usize,
+    ) -> Result<Box<dyn TakeTransaction>, ChannelError> {
+        let log = self.0.log()?;
+        let batch = tokio::task::spawn_blocking(move || {
+            let mut kept = StoredEvents::default();
+            while kept.events.len() < max {
+                // Never more than still wanted: what is read past it would be lost to the
+                // next call.
+                let read = log.read(max - kept.events.len())?;
+                if read.events.is_empty() {
+                    break;
+                }
+                let past = read.sequences.last().is_some_and(|s| s > range.end());
+                for (seq, event) in read.sequences.into_iter().zip(read.events) {
+                    if range.contains(&seq) {
+                        kept.sequences.push(seq);
+                        kept.events.push(event);
+                    }
+                }
+                if past {
+                    break;
+                }
+            }
+            Ok::<_, LogError>(kept)
+        })
+        .await
+        .map_err(|e| self.0.storage_error(e))?
+        .map_err(|e| self.0.storage_error(e))?;
+        Ok(Box::new(FileTake {
+            channel: Arc::clone(&self.0),
+            batch: Some(batch),
+            // The events are not among those a take would serve next: they must not go
+            // back to the queue of returned events.
+            offline: true,
+        }))
+    }
+
     fn from_config(cfg: &ComponentConfig, options: FileChannelConfig) -> Result<Self, ConfigError> {
         crate::check_capacities(cfg, options.capacity, options.transaction_capacity)?;
         let data_dir = options
@@ -483,6 +535,7 @@ impl Channel for FileChannel {
                 return Ok(Box::new(FileTake {
                     channel: Arc::clone(&self.0),
                     batch: Some(batch),
+                    offline: false,
                 }));
             }
         }
@@ -547,11 +600,87 @@ fn runs(sequences: &[u64]) -> Vec<(u64, u64)> {
     runs
 }
 
+impl FileTake {
+    /// Commits the take, alone or as a part of a joint put. A full disk is waited out when
+    /// alone; a joint part fails with the others (the take is given back to be taken again).
+    async fn commit_in(mut self: Box<Self>, joint: Option<JointPart>) -> Result<(), ChannelError> {
+        let Some(batch) = self.batch.take() else {
+            return Ok(());
+        };
+        let mut joint = joint;
+        if batch.events.is_empty() {
+            if let Some(part) = joint.take() {
+                // A joint put moves events; an empty take has none to move.
+                let error = self
+                    .channel
+                    .storage_error("an empty take cannot be part of a joint put");
+                if let Ok(store) = self.channel.state() {
+                    part.abandon(ferry_core::state::StateError::Database {
+                        path: store.path().to_owned(),
+                        message: error.to_string(),
+                    });
+                }
+                return Err(error);
+            }
+            return Ok(());
+        }
+        let n = batch.events.len();
+        let runs = Arc::new(runs(&batch.sequences));
+        let log = self.channel.log()?;
+        let mut backoff = Duration::from_millis(100);
+        let mut warned = false;
+        loop {
+            let (log, runs) = (Arc::clone(&log), Arc::clone(&runs));
+            let joint_part = joint.take();
+            let is_joint = joint_part.is_some();
+            let result =
+                tokio::task::spawn_blocking(move || log.commit_take(&runs, n as u64, joint_part))
+                    .await;
+            let error = match result {
+                Ok(Ok(())) => {
+                    self.channel.size.sub(n as u64);
+                    self.channel.slots.add_permits(n);
+                    return Ok(());
+                }
+                // The events were delivered: giving them back would deliver them twice, so
+                // a full disk is waited out (puts keep a reserve for exactly this).
+                Ok(Err(error)) if error.is_disk_full() && !is_joint => error,
+                Ok(Err(error)) => {
+                    self.give_back(batch);
+                    return Err(self.channel.storage_error(error));
+                }
+                Err(error) => {
+                    self.give_back(batch);
+                    return Err(self.channel.storage_error(error));
+                }
+            };
+            if !warned {
+                warn!(channel = %self.channel.name, %error, "disk full: cannot record the delivered events as taken yet; retrying");
+                warned = true;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+}
+
 /// An open take over stored events.
 struct FileTake {
     channel: Arc<Shared>,
     /// `None` once committed or rolled back.
     batch: Option<StoredEvents>,
+    /// Made by [`FileChannel::take_sequences`]: a rollback or failure only forgets the
+    /// events (they stay in the log), rather than queueing them to be taken again.
+    offline: bool,
+}
+
+impl FileTake {
+    /// After a rollback or a failed commit: the events are to be taken again.
+    fn give_back(&self, batch: StoredEvents) {
+        if !self.offline {
+            self.channel.give_back(batch);
+        }
+    }
 }
 
 const EMPTY: &[Event] = &[];
@@ -566,52 +695,17 @@ impl TakeTransaction for FileTake {
         Some(self.batch.as_ref().map_or(&[], |b| &b.sequences))
     }
 
-    async fn commit(mut self: Box<Self>) -> Result<(), ChannelError> {
-        let Some(batch) = self.batch.take() else {
-            return Ok(());
-        };
-        if batch.events.is_empty() {
-            return Ok(());
-        }
-        let n = batch.events.len();
-        let runs = Arc::new(runs(&batch.sequences));
-        let log = self.channel.log()?;
-        let mut backoff = Duration::from_millis(100);
-        let mut warned = false;
-        loop {
-            let (log, runs) = (Arc::clone(&log), Arc::clone(&runs));
-            let result =
-                tokio::task::spawn_blocking(move || log.commit_take(&runs, n as u64)).await;
-            let error = match result {
-                Ok(Ok(())) => {
-                    self.channel.size.sub(n as u64);
-                    self.channel.slots.add_permits(n);
-                    return Ok(());
-                }
-                // The events were delivered: giving them back would deliver them twice, so
-                // a full disk is waited out (puts keep a reserve for exactly this).
-                Ok(Err(error)) if error.is_disk_full() => error,
-                Ok(Err(error)) => {
-                    self.channel.give_back(batch);
-                    return Err(self.channel.storage_error(error));
-                }
-                Err(error) => {
-                    self.channel.give_back(batch);
-                    return Err(self.channel.storage_error(error));
-                }
-            };
-            if !warned {
-                warn!(channel = %self.channel.name, %error, "disk full: cannot record the delivered events as taken yet; retrying");
-                warned = true;
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
+    async fn commit(self: Box<Self>) -> Result<(), ChannelError> {
+        self.commit_in(None).await
+    }
+
+    async fn commit_joint(self: Box<Self>, part: JointPart) -> Result<(), ChannelError> {
+        self.commit_in(Some(part)).await
     }
 
     async fn rollback(mut self: Box<Self>) -> Result<(), ChannelError> {
         if let Some(batch) = self.batch.take() {
-            self.channel.give_back(batch);
+            self.give_back(batch);
         }
         Ok(())
     }
@@ -621,7 +715,7 @@ impl Drop for FileTake {
     /// Undecided takes (their task was cancelled) are rolled back.
     fn drop(&mut self) {
         if let Some(batch) = self.batch.take() {
-            self.channel.give_back(batch);
+            self.give_back(batch);
         }
     }
 }
@@ -748,6 +842,72 @@ mod tests {
         assert_eq!(store.load("src").unwrap(), checkpoint("after-6"));
         let tx = a.take(10, Duration::ZERO).await.unwrap();
         assert_eq!(bodies(&*tx), ["5", "6"]);
+    }
+
+    /// Takes `n` events from `from` and moves them into `to` in one joint put of `from`'s
+    /// store: the take commit is one part, the put the other.
+    async fn move_jointly(from: &FileChannel, to: &FileChannel, n: usize, fail_put: bool) {
+        let store = from.joint_store().unwrap();
+        let mut parts = store.begin_joint_put(2, "mover", None).await;
+        let (take_part, put_part) = (parts.pop().unwrap(), parts.pop().unwrap());
+        let take = from.take(n, Duration::ZERO).await.unwrap();
+        let events = take.events().to_vec();
+        let put = async {
+            if fail_put {
+                // Refused before it was stored: the whole move fails.
+                drop(put_part);
+                return Err(to.0.storage_error("refused"));
+            }
+            to.put(PutBatch {
+                source: "mover".into(),
+                events,
+                checkpoint: None,
+                ack: None,
+                joint: Some(put_part),
+            })
+            .await
+        };
+        let (put, commit) = tokio::join!(put, take.commit_joint(take_part));
+        assert_eq!(put.is_ok(), !fail_put, "{put:?}");
+        assert_eq!(commit.is_ok(), !fail_put, "{commit:?}");
+    }
+
+    #[tokio::test]
+    async fn a_take_committed_in_a_joint_put_moves_its_events_in_one_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = channel(dir.path(), "a", 100).await;
+        let b = channel(dir.path(), "b", 100).await;
+        a.put(batch(0..5, None)).await.unwrap();
+        // A failed move leaves the events in `a`, to be taken again, and nothing in `b`.
+        move_jointly(&a, &b, 2, true).await;
+        assert_eq!((a.len(), b.len()), (5, 0));
+        move_jointly(&a, &b, 2, false).await;
+        assert_eq!((a.len(), b.len()), (3, 2));
+        drop((a, b));
+        // After a restart the move is there, whole.
+        let a = channel(dir.path(), "a", 100).await;
+        let b = channel(dir.path(), "b", 100).await;
+        assert_eq!(drain(&a).await, ["2", "3", "4"]);
+        assert_eq!(drain(&b).await, ["0", "1"]);
+    }
+
+    #[tokio::test]
+    async fn take_sequences_takes_a_range_and_leaves_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = channel(dir.path(), "a", 100).await;
+        a.put(batch(0..10, None)).await.unwrap();
+        drop(a);
+        let a = channel(dir.path(), "a", 100).await;
+        let take = a.take_sequences(4..=6, 100).await.unwrap();
+        assert_eq!(
+            bodies(&*take),
+            ["3", "4", "5"],
+            "sequence numbers start at 1"
+        );
+        take.commit().await.unwrap();
+        drop(a);
+        let a = channel(dir.path(), "a", 100).await;
+        assert_eq!(drain(&a).await, ["0", "1", "2", "6", "7", "8", "9"]);
     }
 
     #[tokio::test]

@@ -57,14 +57,58 @@ impl ClientError {
     }
 }
 
+impl ClientError {
+    /// Whether the cluster refused a record itself, so that sending it again cannot succeed:
+    /// a record larger than the topic or the producer accepts (`MessageSizeTooLarge`, Kafka's
+    /// `RecordTooLargeException`) or one the broker finds invalid (`InvalidRecord`). Everything
+    /// else (connections, timeouts, leadership changes, a full queue) may pass later.
+    pub(crate) fn refuses_record(&self) -> bool {
+        let code = match self {
+            Self::Kafka { source, .. } => source.rdkafka_error_code(),
+            Self::Refused { code, .. } => Some(*code),
+            Self::Other { .. } => None,
+        };
+        matches!(
+            code,
+            Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidRecord)
+        )
+    }
+}
+
 impl From<ClientError> for SinkError {
     fn from(error: ClientError) -> Self {
-        SinkError::Delivery(error.to_string())
+        if error.refuses_record() {
+            SinkError::permanent(error.to_string())
+        } else {
+            SinkError::Delivery(error.to_string())
+        }
     }
 }
 
 impl From<ClientError> for SourceError {
     fn from(error: ClientError) -> Self {
         SourceError::Other(error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn produced(code: RDKafkaErrorCode) -> SinkError {
+        ClientError::kafka(
+            "record not acknowledged",
+            KafkaError::MessageProduction(code),
+        )
+        .into()
+    }
+
+    #[test]
+    fn a_record_too_large_or_invalid_is_permanent_and_a_lost_connection_is_not() {
+        assert!(produced(RDKafkaErrorCode::MessageSizeTooLarge).is_permanent());
+        assert!(produced(RDKafkaErrorCode::InvalidRecord).is_permanent());
+        assert!(!produced(RDKafkaErrorCode::BrokerTransportFailure).is_permanent());
+        assert!(!produced(RDKafkaErrorCode::MessageTimedOut).is_permanent());
+        assert!(!produced(RDKafkaErrorCode::NotLeaderForPartition).is_permanent());
     }
 }
