@@ -60,6 +60,15 @@ pub(crate) struct Quotas {
 }
 
 impl Quotas {
+    /// The quotas of a broker's settings.
+    pub(crate) fn of(config: &crate::config::BrokerConfig) -> Quotas {
+        Quotas::new(
+            &config.client_quotas,
+            config.quota_window_num,
+            config.quota_window_size_seconds,
+        )
+    }
+
     pub(crate) fn new(
         rules: &BTreeMap<String, ClientQuota>,
         window_num: u32,

@@ -268,11 +268,7 @@ impl Broker {
             .collect();
         let ctx = Arc::new(Context {
             limits,
-            quotas: crate::quotas::Quotas::new(
-                &config.client_quotas,
-                config.quota_window_num,
-                config.quota_window_size_seconds,
-            ),
+            quotas: crate::quotas::Quotas::of(&config),
             stats: Counters::new(listener_counters),
             topics,
             groups,

@@ -144,11 +144,7 @@ impl Context {
             cluster_id: "test-cluster".into(),
             stats: Counters::new(Vec::new()),
             limits,
-            quotas: crate::quotas::Quotas::new(
-                &config.client_quotas,
-                config.quota_window_num,
-                config.quota_window_size_seconds,
-            ),
+            quotas: crate::quotas::Quotas::of(&config),
         })
     }
 
