@@ -280,6 +280,11 @@ impl Broker {
             Duration::from_millis(config.log_retention_check_interval_ms.max(1)),
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(1)),
         ));
+        tracker.spawn(crate::scrub::run(
+            Arc::clone(&ctx),
+            Duration::from_millis(config.log_scrub_interval_ms),
+            config.log_scrub_bytes_per_sec,
+        ));
         tracker.spawn(group_timeouts(Arc::clone(&ctx)));
         tracker.spawn(transaction_timeouts(
             Arc::clone(&ctx),

@@ -51,6 +51,7 @@
 pub(crate) mod batch;
 pub(crate) mod control;
 mod producers;
+pub(crate) mod scan;
 mod segment;
 mod txn_index;
 
@@ -89,6 +90,23 @@ pub enum StorageError {
         /// What is wrong with it.
         #[source]
         source: BatchError,
+    },
+    /// A read asked for offsets whose batches are damaged (known, and reported once when found).
+    #[error(
+        "{path} is damaged from byte {position} to {end}: offsets {first_offset} to {last_offset} \
+         cannot be read"
+    )]
+    Damaged {
+        /// The segment file.
+        path: PathBuf,
+        /// Where the damaged bytes start.
+        position: u64,
+        /// Where the next intact batch starts.
+        end: u64,
+        /// The first offset lost.
+        first_offset: i64,
+        /// The last offset lost.
+        last_offset: i64,
     },
 }
 
@@ -148,6 +166,21 @@ pub(crate) struct PartitionLog {
     unflushed_records: i64,
     last_flush: Instant,
     producers: ProducerStates,
+    /// Offset below which everything was fsynced (persisted in [`RECOVERY_POINT_FILE`]): after
+    /// a crash, the segments reaching past it have every batch's CRC checked.
+    recovery_point: i64,
+}
+
+/// The file in a partition's directory holding its recovery point, as a decimal offset.
+pub(crate) const RECOVERY_POINT_FILE: &str = "recovery-point";
+
+/// A finished segment to scrub: its file, read without holding the partition.
+pub(crate) struct ScrubTarget {
+    pub(crate) base_offset: i64,
+    pub(crate) next_offset: i64,
+    pub(crate) path: PathBuf,
+    pub(crate) file: std::sync::Arc<fs::File>,
+    pub(crate) len: u64,
 }
 
 impl PartitionLog {
@@ -184,16 +217,26 @@ impl PartitionLog {
         }
         bases.sort_unstable();
         let now = now_ms();
+        let recovery_point = if clean_shutdown {
+            i64::MAX
+        } else {
+            read_recovery_point(dir)
+        };
+        let interval = config.index_interval_bytes;
         let mut segments = Vec::with_capacity(bases.len().max(1));
         for (i, base) in bases.iter().enumerate() {
-            // The active segment is read batch by batch with CRCs.
+            // The active segment is read batch by batch with CRCs; after a crash, so is every
+            // segment past the recovery point (what may not have reached the disk whole).
             let (segment, recovery) = match bases.get(i + 1) {
-                None => Segment::open(dir, *base, true, config.index_interval_bytes, now)?,
-                Some(next) if clean_shutdown => {
-                    Segment::load(dir, *base, *next, config.index_interval_bytes, now)?
+                None => Segment::open(dir, *base, true, interval, now, None)?,
+                Some(next) if *next <= recovery_point => {
+                    Segment::load(dir, *base, *next, interval, now)?
                 }
-                Some(_) => Segment::open(dir, *base, false, config.index_interval_bytes, now)?,
+                Some(next) => Segment::open(dir, *base, true, interval, now, Some(*next))?,
             };
+            for damage in segment.damaged() {
+                report_damage(&name, segment.log_path(), damage, "recovery");
+            }
             if recovery.truncated_bytes > 0 {
                 tracing::warn!(
                     partition = %name,
@@ -216,9 +259,69 @@ impl PartitionLog {
             unflushed_records: 0,
             last_flush: Instant::now(),
             producers: ProducerStates::default(),
+            recovery_point: -1,
         };
         log.recover_producers()?;
         Ok(log)
+    }
+
+    /// Damaged ranges known and their bytes, over every segment.
+    pub(crate) fn damage_summary(&self) -> (usize, u64) {
+        self.segments
+            .iter()
+            .flat_map(Segment::damaged)
+            .fold((0, 0), |(n, bytes), d| (n + 1, bytes + d.len()))
+    }
+
+    /// The finished segments, to scrub (the active one is checked on open and written to).
+    pub(crate) fn scrub_targets(&self) -> Vec<ScrubTarget> {
+        let finished = self.segments.len().saturating_sub(1);
+        self.segments[..finished]
+            .iter()
+            .map(|s| ScrubTarget {
+                base_offset: s.base_offset(),
+                next_offset: s.next_offset(),
+                path: s.log_path().to_path_buf(),
+                file: s.log_file(),
+                len: s.size(),
+            })
+            .collect()
+    }
+
+    /// Records damage a scrub found in the segment starting at `base_offset` (if it is still
+    /// there), reporting what was not known.
+    pub(crate) fn add_damage(&mut self, base_offset: i64, found: Vec<scan::Damage>) {
+        let Some(segment) = self
+            .segments
+            .iter_mut()
+            .find(|s| s.base_offset() == base_offset)
+        else {
+            return;
+        };
+        for damage in found {
+            let report = damage.clone();
+            if segment.add_damage(damage) {
+                report_damage(&self.name, segment.log_path(), &report, "scrub");
+            }
+        }
+    }
+
+    /// After a read met bytes that are not a batch at `position` of `path`: finds the damage
+    /// there (checking CRCs from the segment's start) and records it; false when none is found.
+    fn find_damage(&mut self, path: &Path, position: u64) -> Result<bool, StorageError> {
+        let Some(segment) = self.segments.iter_mut().find(|s| s.log_path() == path) else {
+            return Ok(false);
+        };
+        let found = segment.find_damage(position)?;
+        let mut added = false;
+        for damage in found {
+            let report = damage.clone();
+            if segment.add_damage(damage) {
+                report_damage(&self.name, segment.log_path(), &report, "read");
+                added = true;
+            }
+        }
+        Ok(added)
     }
 
     /// The snapshot files in the directory, by offset, oldest first.
@@ -508,7 +611,49 @@ impl PartitionLog {
     /// (the log end, or the last stable offset for read_committed; see [`Segment::slice`] for
     /// `min_one`): `None` when the offset is outside [log start, log end], an empty read at
     /// `upper` or after it.
+    #[cfg(test)]
     pub(crate) fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+        upper: i64,
+    ) -> Result<Option<Read>, StorageError> {
+        self.read_known(offset, max_bytes, min_one, upper)
+    }
+
+    /// Reads as [`PartitionLog::read`] does; when the read meets bytes that are not a batch,
+    /// finds and records the damage there (see [`scan`]) and reads again: offsets in damage get
+    /// [`StorageError::Damaged`], and a read before it stops at it.
+    pub(crate) fn read_checked(
+        &mut self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+        upper: i64,
+    ) -> Result<Option<Read>, StorageError> {
+        loop {
+            match self.read_known(offset, max_bytes, min_one, upper) {
+                Err(StorageError::Corrupt {
+                    path,
+                    position,
+                    source,
+                }) => {
+                    if !self.find_damage(&path, position)? {
+                        return Err(StorageError::Corrupt {
+                            path,
+                            position,
+                            source,
+                        });
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A read that stops at the damage known, and fails on any it meets.
+    fn read_known(
         &self,
         offset: i64,
         max_bytes: usize,
@@ -624,8 +769,52 @@ impl PartitionLog {
         }
         self.unflushed_records = 0;
         self.last_flush = Instant::now();
+        let end = self.log_end_offset();
+        if end != self.recovery_point {
+            // Not fsynced itself: a recovery point lost to a crash is an older one, which only
+            // makes the next recovery check more.
+            let path = self.dir.join(RECOVERY_POINT_FILE);
+            let tmp = path.with_extension("tmp");
+            let written =
+                fs::write(&tmp, format!("{end}\n")).and_then(|()| fs::rename(&tmp, &path));
+            match written {
+                Ok(()) => self.recovery_point = end,
+                Err(e) => {
+                    tracing::warn!(partition = %self.name, path = %path.display(), error = %e, "cannot record the recovery point")
+                }
+            }
+        }
         Ok(())
     }
+}
+
+/// The recovery point recorded in `dir`; 0 (check everything) when missing or unreadable.
+fn read_recovery_point(dir: &Path) -> i64 {
+    fs::read_to_string(dir.join(RECOVERY_POINT_FILE))
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Reports damage once, where it was found: the partition, the file, the bytes and the
+/// offsets lost.
+fn report_damage(partition: &str, path: &Path, damage: &scan::Damage, found_by: &str) {
+    let (topic, index) = partition.rsplit_once('-').unwrap_or((partition, ""));
+    tracing::error!(
+        topic = %topic,
+        partition = %index,
+        file = %path.display(),
+        position = damage.position,
+        end = damage.end,
+        first_offset = damage.first_offset,
+        last_offset = damage.last_offset(),
+        reason = %damage.reason,
+        found_by = %found_by,
+        "damaged record batches: offsets {} to {} cannot be read (fetches get CORRUPT_MESSAGE); \
+         the intact batches after them are served; `agent log-repair` removes them",
+        damage.first_offset,
+        damage.last_offset(),
+    );
 }
 
 #[cfg(test)]
@@ -945,6 +1134,167 @@ mod tests {
         assert_eq!(produce(&mut log, 1, 0, 2, 2, true).unwrap(), 4);
     }
 
+    /// Positions and base offsets of the batches of a segment file.
+    fn batches_of(path: &Path) -> Vec<(usize, i64, usize)> {
+        let bytes = std::fs::read(path).unwrap();
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let header = batch::parse_header(&bytes[at..]).unwrap();
+            out.push((at, header.base_offset, header.size));
+            at += header.size;
+        }
+        out
+    }
+
+    fn flip(path: &Path, at: usize, mask: u8) {
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes[at] ^= mask;
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// What a consumer gets reading from every offset: the batch's base offset, or the error.
+    fn read_all(log: &mut PartitionLog, end: i64) -> Vec<Result<i64, String>> {
+        (0..end)
+            .map(|o| match log.read_checked(o, 1, true, i64::MAX) {
+                Ok(Some(read)) => Ok(batch::validate(&read.bytes().unwrap()).unwrap().base_offset),
+                Ok(None) => Err("out of range".into()),
+                Err(StorageError::Damaged { .. }) => Err("damaged".into()),
+                Err(e) => Err(e.to_string()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_crash_recovery_checks_crcs_and_serves_the_batches_around_a_damaged_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500), true).unwrap();
+        for i in 0..30 {
+            append(&mut log, 3, 1000 + i);
+        }
+        assert!(log.segment_count() > 3);
+        let end = log.log_end_offset();
+        drop(log);
+        // A record byte of the second batch of the first (finished) segment.
+        let first = dir.path().join(segment::file_name(0, "log"));
+        let batches = batches_of(&first);
+        assert!(batches.len() > 3);
+        let (at, base, size) = batches[1];
+        flip(&first, at + size - 2, 0x40);
+
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500), false).unwrap();
+        assert_eq!(log.damage_summary(), (1, size as u64));
+        assert_eq!(log.log_end_offset(), end, "nothing cut");
+        let reads = read_all(&mut log, end);
+        for (offset, read) in reads.iter().enumerate() {
+            let offset = offset as i64;
+            if (base..base + 3).contains(&offset) {
+                assert_eq!(read, &Err("damaged".to_owned()), "offset {offset}");
+            } else {
+                assert_eq!(read, &Ok(offset / 3 * 3), "offset {offset}");
+            }
+        }
+        // A read from the start stops before the damage.
+        let Some(Read::Slice(slice)) = log.read_checked(0, 1 << 20, true, i64::MAX).unwrap() else {
+            panic!("nothing read");
+        };
+        assert_eq!(slice.len(), at);
+        assert_eq!(slice.offsets(), base as u64);
+    }
+
+    #[test]
+    fn a_damaged_length_met_by_a_read_is_recorded_once_and_the_log_goes_on_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500), true).unwrap();
+        for i in 0..30 {
+            append(&mut log, 3, 1000 + i);
+        }
+        let end = log.log_end_offset();
+        log.flush().unwrap();
+        drop(log);
+        let first = dir.path().join(segment::file_name(0, "log"));
+        let (at, base, size) = batches_of(&first)[2];
+        flip(&first, at + 8, 0x7f);
+
+        // A clean start loads finished segments from their indexes: the first read finds it.
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500), true).unwrap();
+        assert_eq!(log.damage_summary(), (0, 0));
+        let reads = read_all(&mut log, end);
+        assert_eq!(log.damage_summary(), (1, size as u64));
+        for (offset, read) in reads.iter().enumerate() {
+            let offset = offset as i64;
+            if (base..base + 3).contains(&offset) {
+                assert_eq!(read, &Err("damaged".to_owned()), "offset {offset}");
+            } else {
+                assert_eq!(read, &Ok(offset / 3 * 3), "offset {offset}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_unclean_stop_cuts_only_a_torn_tail_never_intact_batches_after_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(1 << 20), true).unwrap();
+        for i in 0..10 {
+            append(&mut log, 2, 1000 + i);
+        }
+        let end = log.log_end_offset();
+        drop(log);
+        let active = dir.path().join(segment::file_name(0, "log"));
+        let (at, base, _) = batches_of(&active)[4];
+        flip(&active, at + 30, 0x01);
+        // Half a batch written when the process died.
+        let mut torn = std::fs::read(&active).unwrap();
+        let good_len = torn.len();
+        torn.extend_from_slice(&batch::tests::make_batch(end, 2, 5)[..40]);
+        std::fs::write(&active, torn).unwrap();
+
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(1 << 20), false).unwrap();
+        assert_eq!(
+            log.log_end_offset(),
+            end,
+            "the batches after the damage are kept"
+        );
+        assert_eq!(std::fs::metadata(&active).unwrap().len(), good_len as u64);
+        assert_eq!(log.damage_summary().0, 1);
+        let reads = read_all(&mut log, end);
+        assert_eq!(reads[base as usize], Err("damaged".to_owned()));
+        assert_eq!(reads[end as usize - 1], Ok(end - 2));
+        // Appends go on after the intact batches.
+        assert_eq!(append(&mut log, 1, 2000), end);
+    }
+
+    #[test]
+    fn a_flush_records_the_recovery_point_and_a_crash_checks_only_what_is_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(500), true).unwrap();
+        for i in 0..20 {
+            append(&mut log, 3, 1000 + i);
+        }
+        log.flush().unwrap();
+        let point = log.log_end_offset();
+        assert_eq!(read_recovery_point(dir.path()), point);
+        for i in 0..20 {
+            append(&mut log, 3, 2000 + i);
+        }
+        let end = log.log_end_offset();
+        drop(log);
+        let bases = log_bases(dir.path());
+        // Damage before the recovery point (the scrubber's to find) and after it.
+        let before = dir.path().join(segment::file_name(bases[0], "log"));
+        let (at, _, size) = batches_of(&before)[1];
+        flip(&before, at + size - 1, 0x10);
+        let after_base = *bases.iter().rev().nth(1).unwrap();
+        assert!(after_base >= point);
+        let after = dir.path().join(segment::file_name(after_base, "log"));
+        let (at, _, size) = batches_of(&after)[1];
+        flip(&after, at + size - 1, 0x10);
+
+        let log = PartitionLog::open(dir.path(), "t-0".into(), config(500), false).unwrap();
+        assert_eq!(log.log_end_offset(), end);
+        assert_eq!(log.damage_summary(), (1, size as u64));
+    }
+
     #[test]
     fn garbage_segment_files_open_without_panicking_and_the_log_stays_usable() {
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -990,7 +1340,11 @@ mod tests {
                 let mut log =
                     PartitionLog::open(dir.path(), "g-0".into(), config(500), clean).unwrap();
                 let end = log.log_end_offset();
-                let _ = log.read(0, 1000, true, i64::MAX).unwrap();
+                // Garbage in a finished segment is damage, answered as such.
+                match log.read(0, 1000, true, i64::MAX) {
+                    Ok(_) | Err(StorageError::Damaged { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
                 let _ = log.offset_for_timestamp(0).unwrap();
                 if end < i64::MAX - 10 {
                     let next = append(&mut log, 1, 7);
