@@ -16,6 +16,7 @@ use rdkafka::config::ClientConfig;
 pub mod acls;
 pub mod console;
 pub mod groups;
+pub mod log_repair;
 pub mod top;
 pub mod topics;
 pub mod transactions;
