@@ -224,6 +224,16 @@ fn check_damage_then_repair(
     wait_until(Duration::from_secs(20), "the damage metric", || {
         broker.damaged_ranges(topic).as_deref() == Some("1")
     });
+    let (status, health) = http_get(&broker.http, "/health");
+    assert_eq!(status, 200);
+    for field in [
+        "\"damaged_logs\":[".to_owned(),
+        format!("\"topic\":\"{topic}\""),
+        "\"damaged_ranges\":1".to_owned(),
+        format!("\"damaged_bytes\":{size}"),
+    ] {
+        assert!(health.contains(&field), "{field} in {health}");
+    }
     let (keys, success, stderr) = consume(&broker.bootstrap, topic, 0, RECORDS);
     assert!(!success, "the consumer is told of the damage");
     assert!(stderr.contains("Invalid message"), "{stderr}");
@@ -322,6 +332,8 @@ fn check_damage_then_repair(
         .collect();
     assert_eq!(keys, expected);
     assert_eq!(broker.damaged_ranges(topic).as_deref(), Some("0"));
+    let (_, health) = http_get(&broker.http, "/health");
+    assert!(!health.contains("damaged_logs"), "{health}");
     broker.stop();
 }
 
