@@ -104,9 +104,10 @@ impl Broker {
     }
 }
 
-/// Creates `topic` with 4 KiB segments and writes `RECORDS` records keyed by their offset in
-/// small batches.
-fn fill(bootstrap: &str, topic: &str) {
+/// Creates `topic` with segments of `segment_bytes` and writes `RECORDS` records keyed by their
+/// offset in small batches.
+fn fill(bootstrap: &str, topic: &str, segment_bytes: u32) {
+    let segment_bytes = format!("segment.bytes={segment_bytes}");
     ok(
         agent(
             &[
@@ -119,7 +120,7 @@ fn fill(bootstrap: &str, topic: &str) {
                 "--partitions",
                 "1",
                 "--config",
-                "segment.bytes=4096",
+                &segment_bytes,
             ],
             None,
         ),
@@ -338,10 +339,10 @@ fn check_damage_then_repair(
 }
 
 #[test]
-fn flipped_bytes_after_a_sigkill_are_found_by_recovery_read_around_and_repaired() {
+fn flipped_bytes_in_a_closed_segment_after_a_sigkill_are_found_read_around_and_repaired() {
     let dir = tempfile::tempdir().unwrap();
     let broker = start(dir.path(), false);
-    fill(&broker.bootstrap, "killed");
+    fill(&broker.bootstrap, "killed", 4096);
     let mut agent = broker.agent;
     agent.signal(Signal::SIGKILL);
     agent.wait(Duration::from_secs(10));
@@ -352,16 +353,43 @@ fn flipped_bytes_after_a_sigkill_are_found_by_recovery_read_around_and_repaired(
     let mut data = std::fs::read(&segment).unwrap();
     data[at + size - 5] ^= 0x01;
     std::fs::write(&segment, data).unwrap();
-    // No scrubber: recovery after the kill checks the CRCs.
-    let broker = start(dir.path(), false);
+    // Recovery finds it if the segment is past the recovery point (not yet fsynced when the
+    // broker was killed), else the scrubber does.
+    let broker = start(dir.path(), true);
     check_damage_then_repair(dir.path(), broker, "killed", (at, size, first, last));
+}
+
+#[test]
+fn after_a_sigkill_recovery_checks_every_crc_and_cuts_only_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), false);
+    // One segment: the active one, which recovery always checks.
+    fill(&broker.bootstrap, "torn", 1 << 30);
+    let mut agent = broker.agent;
+    agent.signal(Signal::SIGKILL);
+    agent.wait(Duration::from_secs(10));
+    let segment = first_segment(dir.path(), "torn");
+    let batches = batches(&segment);
+    assert!(batches.len() >= 4, "{batches:?}");
+    let (at, first, last, size) = batches[2];
+    let mut data = std::fs::read(&segment).unwrap();
+    let intact = data.len();
+    data[at + size - 5] ^= 0x01;
+    // Half a batch the kill interrupted.
+    let torn = data[..40].to_vec();
+    data.extend_from_slice(&torn);
+    std::fs::write(&segment, data).unwrap();
+    // No scrubber: recovery finds the damage, keeps the batches after it, cuts the tail.
+    let broker = start(dir.path(), false);
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), intact as u64);
+    check_damage_then_repair(dir.path(), broker, "torn", (at, size, first, last));
 }
 
 #[test]
 fn flipped_bytes_after_a_clean_stop_are_found_by_the_scrubber_read_around_and_repaired() {
     let dir = tempfile::tempdir().unwrap();
     let broker = start(dir.path(), false);
-    fill(&broker.bootstrap, "stopped");
+    fill(&broker.bootstrap, "stopped", 4096);
     broker.stop();
     let segment = first_segment(dir.path(), "stopped");
     let batches = batches(&segment);
@@ -378,7 +406,7 @@ fn flipped_bytes_after_a_clean_stop_are_found_by_the_scrubber_read_around_and_re
 fn a_damaged_batch_length_after_a_clean_stop_is_reported_once_and_read_around() {
     let dir = tempfile::tempdir().unwrap();
     let broker = start(dir.path(), false);
-    fill(&broker.bootstrap, "length");
+    fill(&broker.bootstrap, "length", 4096);
     broker.stop();
     let segment = first_segment(dir.path(), "length");
     let batches = batches(&segment);

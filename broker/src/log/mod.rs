@@ -42,11 +42,19 @@
 //!   `retention.bytes`. The log start offset is the base offset of the oldest segment left.
 //! - When a segment stops being the active one, its newest timestamp is appended to its time
 //!   index, so the last time index entry of a finished segment is its newest timestamp.
-//! - Writes go to the page cache; `flush.messages`/`flush.ms` add fsyncs. On open the active
-//!   segment is read batch by batch (length and CRC), anything after the last good batch (a
-//!   write torn by a crash) is truncated, and its indexes are rebuilt. Finished segments load
-//!   from their index files; one whose indexes are missing or do not fit its log is read batch
-//!   by batch (headers only) to rebuild them.
+//! - Writes go to the page cache; `flush.messages`/`flush.ms` add fsyncs, and a rolled segment
+//!   is fsynced in the background (`sync_finished_segments`, every second). The **recovery
+//!   point** (`recovery-point`, not itself fsynced: an older one only means more checking) is
+//!   the offset before which everything was fsynced.
+//! - On open the active segment is read batch by batch (length and CRC); after a crash so is
+//!   every segment reaching past the recovery point. Damage (see [`scan`]) is skipped up to the
+//!   next intact batch and kept; only a torn tail (bytes at the end that are no whole batch
+//!   and hold no offset a later segment has) is truncated. Indexes are rebuilt. Other finished
+//!   segments load from their index files; one whose indexes are missing or do not fit its log
+//!   is read batch by batch (headers only) to rebuild them.
+//! - Damaged ranges are reported once when found (by recovery, a read that meets a bad header,
+//!   or the scrubber); reads of their offsets get [`StorageError::Damaged`], reads before them
+//!   stop at them, and the batches after them are served.
 
 pub(crate) mod batch;
 pub(crate) mod control;
@@ -120,6 +128,12 @@ pub(crate) enum AppendError {
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
+
+/// A segment file to fsync, and its path.
+pub(crate) type SyncHandle = (PathBuf, fs::File);
+
+/// Finished segments fsynced at a time by [`sync_finished_segments`].
+const SYNC_BATCH: usize = 16;
 
 /// Producer state snapshots kept per partition (older ones are deleted).
 const SNAPSHOTS_KEPT: usize = 2;
@@ -217,10 +231,12 @@ impl PartitionLog {
         }
         bases.sort_unstable();
         let now = now_ms();
+        let recorded_point = read_recovery_point(dir);
+        // After a clean shutdown everything was fsynced, whatever the file says.
         let recovery_point = if clean_shutdown {
             i64::MAX
         } else {
-            read_recovery_point(dir)
+            recorded_point
         };
         let interval = config.index_interval_bytes;
         let mut segments = Vec::with_capacity(bases.len().max(1));
@@ -259,7 +275,7 @@ impl PartitionLog {
             unflushed_records: 0,
             last_flush: Instant::now(),
             producers: ProducerStates::default(),
-            recovery_point: -1,
+            recovery_point: recorded_point,
         };
         log.recover_producers()?;
         Ok(log)
@@ -762,6 +778,27 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// The files of the finished segments not yet fsynced, to fsync without holding the
+    /// partition, and the recovery point they make once they are (the active segment's base
+    /// offset); `None` when there are none. Kafka flushes a rolled segment the same way, so
+    /// that a crash recovery checks little more than the active segment.
+    pub(crate) fn unsynced_segments(&self) -> Result<Option<(Vec<SyncHandle>, i64)>, StorageError> {
+        let mut files = Vec::new();
+        let mut point = self.recovery_point;
+        for pair in self.segments.windows(2) {
+            if pair[0].next_offset() <= self.recovery_point {
+                continue;
+            }
+            // A bounded number of open handles at once; the next look goes on from here.
+            if files.len() >= SYNC_BATCH * 3 {
+                break;
+            }
+            files.extend(pair[0].sync_handles()?);
+            point = pair[1].base_offset();
+        }
+        Ok((point > self.recovery_point).then_some((files, point)))
+    }
+
     /// Fsyncs every segment's files.
     pub(crate) fn flush(&mut self) -> Result<(), StorageError> {
         for segment in &self.segments {
@@ -769,8 +806,14 @@ impl PartitionLog {
         }
         self.unflushed_records = 0;
         self.last_flush = Instant::now();
-        let end = self.log_end_offset();
-        if end != self.recovery_point {
+        self.advance_recovery_point(self.log_end_offset());
+        Ok(())
+    }
+
+    /// Records that everything before `end` is on disk (it was fsynced), unless the recovery
+    /// point is already there or past it.
+    pub(crate) fn advance_recovery_point(&mut self, end: i64) {
+        if end > self.recovery_point {
             // Not fsynced itself: a recovery point lost to a crash is an older one, which only
             // makes the next recovery check more.
             let path = self.dir.join(RECOVERY_POINT_FILE);
@@ -784,8 +827,27 @@ impl PartitionLog {
                 }
             }
         }
-        Ok(())
     }
+}
+
+/// Fsyncs the finished segments of a partition that are not yet, holding the partition (`lock`)
+/// only to find them and then to move its recovery point past them.
+pub(crate) fn sync_finished_segments<G>(lock: impl Fn() -> G) -> Result<(), StorageError>
+where
+    G: std::ops::DerefMut<Target = PartitionLog>,
+{
+    let Some((files, point)) = lock().unsynced_segments()? else {
+        return Ok(());
+    };
+    for (path, file) in files {
+        file.sync_data().map_err(|source| StorageError::Io {
+            path,
+            action: "fsync",
+            source,
+        })?;
+    }
+    lock().advance_recovery_point(point);
+    Ok(())
 }
 
 /// The recovery point recorded in `dir`; 0 (check everything) when missing or unreadable.
@@ -1293,6 +1355,26 @@ mod tests {
         let log = PartitionLog::open(dir.path(), "t-0".into(), config(500), false).unwrap();
         assert_eq!(log.log_end_offset(), end);
         assert_eq!(log.damage_summary(), (1, size as u64));
+    }
+
+    #[test]
+    fn rolled_segments_are_fsynced_in_the_background_and_move_the_recovery_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(300), true).unwrap();
+        for i in 0..150 {
+            append(&mut log, 1, 1000 + i);
+        }
+        let active = log_bases(dir.path()).pop().unwrap();
+        assert_eq!(read_recovery_point(dir.path()), 0, "nothing fsynced yet");
+        let log = std::sync::Mutex::new(log);
+        // A bounded number of segments per look, until the active one.
+        sync_finished_segments(|| log.lock().unwrap()).unwrap();
+        let first = read_recovery_point(dir.path());
+        assert!(first > 0 && first < active, "{first} of {active}");
+        sync_finished_segments(|| log.lock().unwrap()).unwrap();
+        sync_finished_segments(|| log.lock().unwrap()).unwrap();
+        assert_eq!(read_recovery_point(dir.path()), active);
+        assert!(log.lock().unwrap().unsynced_segments().unwrap().is_none());
     }
 
     #[test]

@@ -717,6 +717,20 @@ impl Segment {
         Ok(None)
     }
 
+    /// Handles on the `.log`, `.index` and `.timeindex` (with their paths), to fsync them
+    /// without holding the partition.
+    pub(crate) fn sync_handles(&self) -> Result<Vec<(PathBuf, File)>, StorageError> {
+        let dup = |file: &File, path: PathBuf| match file.try_clone() {
+            Ok(file) => Ok((path, file)),
+            Err(e) => Err(io_err(&path, "open")(e)),
+        };
+        Ok(vec![
+            dup(&self.log, self.log_path.clone())?,
+            dup(&self.index, self.log_path.with_extension("index"))?,
+            dup(&self.time_index, self.log_path.with_extension("timeindex"))?,
+        ])
+    }
+
     /// Fsyncs the log and its indexes.
     pub(crate) fn flush(&self) -> Result<(), StorageError> {
         self.log
