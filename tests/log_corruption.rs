@@ -265,6 +265,13 @@ fn check_damage_then_repair(
     ] {
         assert!(report.contains(&field), "{field} in {report}");
     }
+    // Not while the broker runs.
+    let data_dir = dir.join("broker");
+    let data_arg = data_dir.to_str().unwrap();
+    let refused = agent(&["log-repair", "--data-dir", data_arg, "--execute"], None);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("no clean-shutdown marker"), "{stderr}");
     broker.stop();
 
     let segment = first_segment(dir, topic);
@@ -287,8 +294,6 @@ fn check_damage_then_repair(
         "the batches after the damage are dumped: {dump}"
     );
 
-    let data_dir = dir.join("broker");
-    let data_arg = data_dir.to_str().unwrap();
     let before = std::fs::read(&segment).unwrap();
     let dry = ok(
         agent(&["log-repair", "--data-dir", data_arg], None),

@@ -9,7 +9,8 @@
 //! longer exist, as after compaction, and consumers read on past them.
 //!
 //! The broker must be stopped: a running broker holds the segment files open and would go on
-//! serving the old ones.
+//! serving the old ones. Removing is refused without the clean-shutdown marker, which a
+//! running broker has removed (after a crash, start the broker once and stop it).
 
 use std::fs;
 use std::io::Write;
@@ -34,6 +35,13 @@ pub enum RepairError {
     /// A segment could not be read.
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// The data directory has no clean-shutdown marker: a broker runs on it, or stopped
+    /// without finishing its writes.
+    #[error(
+        "{0} has no clean-shutdown marker: a broker is running on it or did not stop cleanly; \
+         stop it (or start it once and stop it) before removing damage"
+    )]
+    NotStopped(PathBuf),
 }
 
 fn io(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> RepairError {
@@ -156,8 +164,12 @@ pub fn find_damage(data_dir: &Path) -> Result<Vec<DamagedRange>, RepairError> {
 }
 
 /// Rewrites each segment named in `ranges` without those bytes (see the module docs); the
-/// ranges must come from [`find_damage`] on the same, unchanged files.
-pub fn remove_damage(ranges: &[DamagedRange]) -> Result<(), RepairError> {
+/// ranges must come from [`find_damage`] on `data_dir`, unchanged since. Refused unless the
+/// broker stopped cleanly (its marker is there).
+pub fn remove_damage(data_dir: &Path, ranges: &[DamagedRange]) -> Result<(), RepairError> {
+    if !data_dir.join(crate::server::CLEAN_SHUTDOWN_MARKER).exists() {
+        return Err(RepairError::NotStopped(data_dir.to_path_buf()));
+    }
     let mut files: Vec<&Path> = ranges.iter().map(|r| r.file.as_path()).collect();
     files.dedup();
     for file in files {

@@ -26,7 +26,7 @@ use crate::txn::TxnCoordinator;
 
 /// Written after every log was fsynced at shutdown (Kafka's name); its absence at start means
 /// a crash, so finished segments are checked rather than trusted.
-const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
+pub(crate) const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
 
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]

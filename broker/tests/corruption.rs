@@ -244,7 +244,7 @@ async fn serves_around_the_damage_then_repairs(
         (first_lost, Some(last_lost))
     );
     assert_eq!(std::fs::read(&segment).unwrap(), before_repair);
-    ferry_broker::remove_damage(&ranges).unwrap();
+    ferry_broker::remove_damage(dir, &ranges).unwrap();
     assert!(ferry_broker::find_damage(dir).unwrap().is_empty());
 
     let (broker, bootstrap) = start_logged(broker_config(dir, scrub)).await;

@@ -41,7 +41,7 @@ pub fn run(args: LogRepairArgs) -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
-    ferry_broker::remove_damage(&ranges)
+    ferry_broker::remove_damage(&args.data_dir, &ranges)
         .with_context(|| format!("repairing {}", args.data_dir.display()))?;
     writeln!(
         out,

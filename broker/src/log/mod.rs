@@ -1423,9 +1423,13 @@ mod tests {
                     PartitionLog::open(dir.path(), "g-0".into(), config(500), clean).unwrap();
                 let end = log.log_end_offset();
                 // Garbage in a finished segment is damage, answered as such.
-                match log.read(0, 1000, true, i64::MAX) {
-                    Ok(_) | Err(StorageError::Damaged { .. }) => {}
-                    Err(e) => panic!("{e}"),
+                for offset in [0, 1, 1000, end - 1] {
+                    match log.read_checked(offset, 1000, true, i64::MAX) {
+                        Ok(_) | Err(StorageError::Damaged { .. }) => {}
+                        // A bad header that no CRC walk explains stays a storage error.
+                        Err(StorageError::Corrupt { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
                 }
                 let _ = log.offset_for_timestamp(0).unwrap();
                 if end < i64::MAX - 10 {
@@ -1437,6 +1441,12 @@ mod tests {
                         let mut out = Vec::new();
                         let _ = crate::dump_segment_file(
                             &dir.path().join(segment::file_name(base, ext)),
+                            true,
+                            &mut out,
+                        );
+                        let _ = crate::dump_segment_file_verified(
+                            &dir.path().join(segment::file_name(base, ext)),
+                            true,
                             true,
                             &mut out,
                         );
