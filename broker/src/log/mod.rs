@@ -387,10 +387,26 @@ impl PartitionLog {
             if segment.next_offset() <= from {
                 continue;
             }
+            // Headers first, applied once the walk went through: a bad header no walk met yet
+            // (a segment loaded from its indexes) is found with CRCs, then walked around.
+            let mut batches = Vec::new();
+            let mut walked = segment.for_each_batch(from, |h, m| batches.push((*h, m)));
+            if let Err(StorageError::Corrupt { .. }) = walked {
+                for damage in segment.find_damage(u64::MAX)? {
+                    let report = damage.clone();
+                    if segment.add_damage(damage) {
+                        report_damage(&self.name, segment.log_path(), &report, "recovery");
+                    }
+                }
+                batches.clear();
+                walked = segment.for_each_batch(from, |h, m| batches.push((*h, m)));
+            }
+            walked?;
             let mut aborted = Vec::new();
-            segment.for_each_batch(from, |header, marker| {
+            for (header, marker) in batches {
+                let header = &header;
                 if header.producer_id < 0 || header.last_offset() < from {
-                    return;
+                    continue;
                 }
                 replayed += 1;
                 match (header.is_control(), marker) {
@@ -404,7 +420,7 @@ impl PartitionLog {
                     )),
                     (true, None) => {}
                 }
-            })?;
+            }
             for entry in aborted {
                 segment.add_aborted(entry)?;
             }
@@ -1355,6 +1371,36 @@ mod tests {
         let log = PartitionLog::open(dir.path(), "t-0".into(), config(500), false).unwrap();
         assert_eq!(log.log_end_offset(), end);
         assert_eq!(log.damage_summary(), (1, size as u64));
+    }
+
+    #[test]
+    fn a_replay_from_the_log_start_walks_around_a_damaged_header_instead_of_failing_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = PartitionLog::open(dir.path(), "p-0".into(), config(400), true).unwrap();
+        for i in 0..20 {
+            produce(&mut log, 5, 0, i * 2, 2, false).unwrap();
+        }
+        log.flush().unwrap();
+        drop(log);
+        let first = dir.path().join(segment::file_name(0, "log"));
+        let (at, base, size) = batches_of(&first)[1];
+        flip(&first, at + 16, 0x07);
+        // Without a snapshot the producer state is replayed from the first segment.
+        for (_, path) in PartitionLog::open(dir.path(), "p-0".into(), config(400), true)
+            .unwrap()
+            .snapshots()
+            .unwrap()
+        {
+            std::fs::remove_file(path).unwrap();
+        }
+        let mut log = PartitionLog::open(dir.path(), "p-0".into(), config(400), true).unwrap();
+        assert_eq!(log.damage_summary(), (1, size as u64));
+        assert!(matches!(
+            log.read_checked(base, 1000, true, i64::MAX),
+            Err(StorageError::Damaged { .. })
+        ));
+        // The producer's sequence went on from its last batch.
+        assert_eq!(produce(&mut log, 5, 0, 40, 2, false).unwrap(), 40);
     }
 
     #[test]
