@@ -64,8 +64,9 @@ pub struct DamagedRange {
     pub end: u64,
     /// The first offset lost.
     pub first_offset: i64,
-    /// The last offset lost; `None` when the damage runs to the end of the partition's last
-    /// segment, so that how many offsets it held is not known.
+    /// The last offset lost; `None` when no offset is known lost: the bytes lie between
+    /// batches with consecutive offsets, or run to the end of the partition's last segment
+    /// (a torn tail, which the broker cuts when it starts).
     pub last_offset: Option<i64>,
     /// What is wrong at `position`.
     pub reason: String,
@@ -75,7 +76,7 @@ impl std::fmt::Display for DamagedRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let lost = match self.last_offset {
             Some(last) => format!("offsets {} to {last}", self.first_offset),
-            None => format!("offsets from {}", self.first_offset),
+            None => format!("no offset known lost, from {}", self.first_offset),
         };
         write!(
             f,
@@ -145,13 +146,12 @@ pub fn find_damage(data_dir: &Path) -> Result<Vec<DamagedRange>, RepairError> {
                 *base,
                 |found| {
                     if let Found::Damage(d) = found {
-                        let known_end = d.next_offset > d.first_offset || bound.is_some();
                         out.push(DamagedRange {
                             file: path.clone(),
                             position: d.position,
                             end: d.end,
                             first_offset: d.first_offset,
-                            last_offset: known_end.then(|| d.last_offset()),
+                            last_offset: (d.next_offset > d.first_offset).then(|| d.last_offset()),
                             reason: d.reason,
                         });
                     }

@@ -878,6 +878,15 @@ fn read_recovery_point(dir: &Path) -> i64 {
 /// offsets lost.
 fn report_damage(partition: &str, path: &Path, damage: &scan::Damage, found_by: &str) {
     let (topic, index) = partition.rsplit_once('-').unwrap_or((partition, ""));
+    let lost = if damage.next_offset > damage.first_offset {
+        format!(
+            "offsets {} to {} cannot be read (fetches get CORRUPT_MESSAGE)",
+            damage.first_offset,
+            damage.last_offset()
+        )
+    } else {
+        "no offsets are lost with them".to_owned()
+    };
     tracing::error!(
         topic = %topic,
         partition = %index,
@@ -888,10 +897,8 @@ fn report_damage(partition: &str, path: &Path, damage: &scan::Damage, found_by: 
         last_offset = damage.last_offset(),
         reason = %damage.reason,
         found_by = %found_by,
-        "damaged record batches: offsets {} to {} cannot be read (fetches get CORRUPT_MESSAGE); \
-         the intact batches after them are served; `agent log-repair` removes them",
-        damage.first_offset,
-        damage.last_offset(),
+        "damaged record batches: {lost}; the intact batches after them are served; \
+         `agent log-repair` removes them",
     );
 }
 
