@@ -560,6 +560,28 @@ pub struct HttpServer {
     pipeline: PipelineMetrics,
     registry: Registry,
     routes: Router,
+    /// The bundled broker, whose damaged logs `/health` lists.
+    broker: Option<ferry_broker::BrokerObserver>,
+}
+
+/// The bundled broker's partitions with damaged log ranges, for `/health`: listed without
+/// failing it, since a restart does not mend them (`agent log-repair` does).
+fn damaged_logs(broker: &ferry_broker::BrokerObserver) -> Option<Value> {
+    let damaged: Vec<Value> = broker
+        .stats()
+        .partitions
+        .iter()
+        .filter(|p| p.damaged_ranges > 0)
+        .map(|p| {
+            json!({
+                "topic": p.topic,
+                "partition": p.partition,
+                "damaged_ranges": p.damaged_ranges,
+                "damaged_bytes": p.damaged_bytes,
+            })
+        })
+        .collect();
+    (!damaged.is_empty()).then_some(Value::Array(damaged))
 }
 
 impl HttpServer {
@@ -571,6 +593,7 @@ impl HttpServer {
             pipeline,
             registry,
             routes: Router::new(),
+            broker: None,
         }
     }
 
@@ -589,6 +612,7 @@ impl HttpServer {
     /// requests, connections, groups with their lag, open transactions) at `/api/broker`.
     pub fn with_broker(&mut self, broker: ferry_broker::BrokerObserver) -> &mut Self {
         broker.register_metrics(&mut self.registry);
+        self.broker = Some(broker.clone());
         self.merge(Router::new().route(
             "/api/broker",
             get(move || {
@@ -603,6 +627,7 @@ impl HttpServer {
         let pipeline = self.pipeline;
         let json = pipeline.clone();
         let health = pipeline.clone();
+        let broker = self.broker;
         let api = pipeline;
         Router::new()
             .route("/", get(console))
@@ -614,7 +639,10 @@ impl HttpServer {
             .route(
                 "/health",
                 get(move || async move {
-                    let (status, body) = health.health();
+                    let (status, mut body) = health.health();
+                    if let Some(damaged) = broker.as_ref().and_then(damaged_logs) {
+                        body["damaged_logs"] = damaged;
+                    }
                     (status, axum::Json(body))
                 }),
             )

@@ -127,7 +127,14 @@ enum Command {
         /// Print each record's key, value and headers too.
         #[arg(long = "print-data-log")]
         print_data_log: bool,
+        /// Check every batch's CRC, print each damaged range and dump the intact batches
+        /// after it; exits 1 when any is found.
+        #[arg(long)]
+        verify: bool,
     },
+    /// Lists the damaged ranges of a stopped broker's data directory (every CRC checked) and,
+    /// with --execute, removes them; the other batches keep their offsets.
+    LogRepair(tools::log_repair::LogRepairArgs),
 }
 
 /// The pipeline file of `run` and `convert`: YAML, or a Flume file (by `--name`, the
@@ -219,17 +226,27 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::DumpLogSegments {
             files,
             print_data_log,
-        } => tool(dump_log_segments(&files, print_data_log)),
+            verify,
+        } => tool(dump_log_segments(&files, print_data_log, verify)),
+        Command::LogRepair(args) => tool(tools::log_repair::run(args)),
     }
 }
 
-fn dump_log_segments(files: &[PathBuf], print_data_log: bool) -> anyhow::Result<()> {
+fn dump_log_segments(files: &[PathBuf], print_data_log: bool, verify: bool) -> anyhow::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut damaged = Vec::new();
     for file in files {
-        ferry_broker::dump_segment_file(file, print_data_log, &mut out)?;
+        let found =
+            ferry_broker::dump_segment_file_verified(file, print_data_log, verify, &mut out)?;
+        if found > 0 {
+            damaged.push(format!("{} ({found})", file.display()));
+        }
     }
     out.flush()?;
+    if !damaged.is_empty() {
+        anyhow::bail!("damaged ranges found in {}", damaged.join(", "));
+    }
     Ok(())
 }
 

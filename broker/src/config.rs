@@ -62,6 +62,13 @@ pub struct BrokerConfig {
     /// Bytes of log between two entries of the sparse offset and time indexes (Kafka
     /// `log.index.interval.bytes`, topic `index.interval.bytes`). Default 4096.
     pub log_index_interval_bytes: u32,
+    /// Pause between two scrubs of the finished segments, which check every batch's CRC to
+    /// find damage on disk (no Kafka property: Kafka checks CRCs only when recovering). The
+    /// first scrub starts with the broker; 0 turns scrubbing off. Default 86400000 (1 day).
+    pub log_scrub_interval_ms: u64,
+    /// Most bytes a scrub reads per second, so that it does not compete with clients for the
+    /// disk (no Kafka property). Default 10485760 (10 MiB).
+    pub log_scrub_bytes_per_sec: u64,
     /// Largest record batch accepted (Kafka `message.max.bytes`, topic `max.message.bytes`);
     /// larger batches get MESSAGE_TOO_LARGE. Default 1048588.
     pub message_max_bytes: i32,
@@ -178,6 +185,8 @@ impl Default for BrokerConfig {
             log_retention_bytes: -1,
             log_retention_check_interval_ms: 300_000,
             log_index_interval_bytes: 4096,
+            log_scrub_interval_ms: 86_400_000,
+            log_scrub_bytes_per_sec: 10 << 20,
             message_max_bytes: 1_048_588,
             socket_request_max_bytes: 104_857_600,
             connections_max_idle_ms: 600_000,

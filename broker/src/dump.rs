@@ -26,6 +26,7 @@ use bytes::Bytes;
 use kafka_protocol::records::RecordBatchDecoder;
 
 use crate::log::batch::{self, HEADER_LEN};
+use crate::log::scan::{Found, Walk};
 
 /// Why a segment file could not be dumped.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +71,18 @@ pub fn dump_segment_file(
     print_data_log: bool,
     out: &mut impl Write,
 ) -> Result<(), DumpError> {
+    dump_segment_file_verified(path, print_data_log, false, out).map(|_| ())
+}
+
+/// Writes the dump of one segment file to `out`; with `verify`, a `.log` has every batch's
+/// CRC checked, each damaged range is printed (`Damaged bytes ...`) and the intact batches
+/// after it are dumped too. Returns the number of damaged ranges found.
+pub fn dump_segment_file_verified(
+    path: &Path,
+    print_data_log: bool,
+    verify: bool,
+    out: &mut impl Write,
+) -> Result<usize, DumpError> {
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -85,7 +98,9 @@ pub fn dump_segment_file(
         source,
     })?;
     writeln!(out, "Dumping {}", path.display())?;
+    let mut damaged = 0;
     match extension {
+        "log" if verify => damaged = verify_log(path, &data, base_offset, print_data_log, out)?,
         "log" => dump_log(&data, base_offset, print_data_log, out)?,
         "index" => {
             for entry in data.chunks_exact(8) {
@@ -126,7 +141,7 @@ pub fn dump_segment_file(
         }
         _ => return Err(DumpError::NotASegment(path.to_path_buf())),
     }
-    Ok(())
+    Ok(damaged)
 }
 
 /// Bytes of one aborted transaction in a `.txnindex`.
@@ -175,6 +190,97 @@ fn dump_log(
         if position + header.size > data.len() {
             break;
         }
+        dump_batch(data, position, &header, print_data_log, out)?;
+        position += header.size;
+    }
+    if position < data.len() {
+        writeln!(
+            out,
+            "Found {} invalid bytes at the end of the file (position {position})",
+            data.len() - position
+        )?;
+    }
+    Ok(())
+}
+
+/// The `--verify` dump of a `.log`: every CRC checked, damage printed and walked past (see
+/// `log::scan`).
+fn verify_log(
+    path: &Path,
+    data: &[u8],
+    base_offset: i64,
+    print_data_log: bool,
+    out: &mut impl Write,
+) -> Result<usize, DumpError> {
+    writeln!(out, "Log starting offset: {base_offset}")?;
+    let file = std::fs::File::open(path).map_err(|source| DumpError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let walk = Walk {
+        file: &file,
+        path,
+        len: data.len() as u64,
+        base_offset,
+        bound: None,
+        verify: true,
+    };
+    let mut damaged = 0;
+    let mut written = Ok(());
+    let walked = walk.run(
+        0,
+        base_offset,
+        |found| {
+            if written.is_err() {
+                return;
+            }
+            written = match found {
+                Found::Batch { position, header } => {
+                    dump_batch(data, position as usize, &header, print_data_log, out)
+                }
+                Found::Damage(d) => {
+                    damaged += 1;
+                    let lost = if d.next_offset > d.first_offset {
+                        format!("offsets {} to {} lost", d.first_offset, d.last_offset())
+                    } else {
+                        format!("offsets from {} lost", d.first_offset)
+                    };
+                    writeln!(
+                        out,
+                        "Damaged bytes at position {} to {} ({} bytes, {lost}): {}",
+                        d.position,
+                        d.end,
+                        d.len(),
+                        d.reason
+                    )
+                    .map_err(DumpError::Write)
+                }
+            };
+        },
+        |_| true,
+    );
+    written?;
+    walked.map_err(|e| DumpError::Read {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    writeln!(
+        out,
+        "Verified {}: {damaged} damaged range(s)",
+        path.display()
+    )?;
+    Ok(damaged)
+}
+
+/// Prints one batch (and its records with `print_data_log`) as DumpLogSegments does.
+fn dump_batch(
+    data: &[u8],
+    position: usize,
+    header: &batch::BatchHeader,
+    print_data_log: bool,
+    out: &mut impl Write,
+) -> Result<(), DumpError> {
+    {
         let b = &data[position..position + header.size];
         let attributes = i16_at(b, 21);
         let base_sequence = i32_at(b, 53);
@@ -252,14 +358,6 @@ fn dump_log(
                 Err(e) => writeln!(out, "| cannot decode the records of this batch: {e}")?,
             }
         }
-        position += header.size;
-    }
-    if position < data.len() {
-        writeln!(
-            out,
-            "Found {} invalid bytes at the end of the file (position {position})",
-            data.len() - position
-        )?;
     }
     Ok(())
 }

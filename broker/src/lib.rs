@@ -4,7 +4,7 @@
 //! - [`server`](Broker::start): listener, connections, background retention, shutdown.
 //! - `connection`: framing and request order; `api`: one handler per Kafka API.
 //! - `topics` and `catalog`: the topics, their configs in SQLite; `log`: the partition log on
-//!   disk, laid out as Kafka lays it out.
+//!   disk, laid out as Kafka lays it out; `scrub`: the background check of its CRCs.
 //! - `groups`: the group coordinator (classic consumer groups) and committed offsets.
 //! - `txn`: the transaction coordinator (producer ids, transactions, transactional offsets).
 //! - `security`: who a request comes from (its principal and host): TLS, SASL, SCRAM users;
@@ -32,6 +32,8 @@ mod groups;
 mod limits;
 mod log;
 mod quotas;
+mod repair;
+mod scrub;
 mod security;
 mod server;
 mod stats;
@@ -44,10 +46,11 @@ pub use config::{
     BrokerConfig, ClientAuth, ListenerConfig, Password, SaslMechanism, SecurityProtocol, SslConfig,
     UserConfig,
 };
-pub use dump::{DumpError, dump_segment_file};
+pub use dump::{DumpError, dump_segment_file, dump_segment_file_verified};
 pub use log::StorageError;
 pub use log::batch::BatchError;
 pub use quotas::{ClientQuota, DEFAULT_CLIENT};
+pub use repair::{DamagedRange, RepairError, find_damage, remove_damage};
 pub use security::scram::{SaltError, SaltedPassword, ScramClient, salt_password};
 pub use security::tls::TlsError;
 pub use security::{

@@ -27,7 +27,7 @@ use crate::txn::TxnCoordinator;
 
 /// Written after every log was fsynced at shutdown (Kafka's name); its absence at start means
 /// a crash, so finished segments are checked rather than trusted.
-const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
+pub(crate) const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
 
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -308,6 +308,11 @@ impl Broker {
             Arc::clone(&ctx),
             Duration::from_millis(config.log_retention_check_interval_ms.max(1)),
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(1)),
+        ));
+        tracker.spawn(crate::scrub::run(
+            Arc::clone(&ctx),
+            Duration::from_millis(config.log_scrub_interval_ms),
+            config.log_scrub_bytes_per_sec,
         ));
         tracker.spawn(group_timeouts(Arc::clone(&ctx)));
         tracker.spawn(transaction_timeouts(

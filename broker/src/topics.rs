@@ -475,12 +475,16 @@ impl Topics {
         }
     }
 
-    /// Fsyncs the partitions whose `flush.ms` has passed with records waiting.
+    /// Fsyncs the partitions whose `flush.ms` has passed with records waiting, and the
+    /// segments that rolled since the last look (moving the recovery point).
     pub(crate) fn flush_due(&self) {
         for topic in self.all() {
             for partition in &topic.partitions {
                 if let Err(e) = partition.log().flush_if_due() {
                     tracing::error!(topic = %topic.name, partition = partition.index, error = %e, "flush failed");
+                }
+                if let Err(e) = crate::log::sync_finished_segments(|| partition.log()) {
+                    tracing::error!(topic = %topic.name, partition = partition.index, error = %e, "fsync of finished segments failed");
                 }
             }
         }

@@ -18,6 +18,7 @@ pub mod console;
 // `agent dead-letters`: works on a data_dir, not on a cluster.
 pub mod dead_letters;
 pub mod groups;
+pub mod log_repair;
 pub mod top;
 pub mod topics;
 pub mod transactions;

@@ -7,6 +7,8 @@
 //! Fetch sessions (KIP-227) are not kept: session id 0 tells clients to send full requests.
 //! At isolation level READ_COMMITTED a partition is read up to its last stable offset, and the
 //! transactions aborted in that range are listed so the consumer drops their records.
+//! Offsets whose batches are damaged (see `log::scan`) get CORRUPT_MESSAGE, which clients pass
+//! to the application; a read before them stops at them, one after them is served.
 //!
 //! The records are not copied into the response: each partition's `records` is encoded with a
 //! placeholder, which [`FetchReply::into_frame`] then cuts out of the encoded frame, putting
@@ -40,7 +42,7 @@ use kafka_protocol::protocol::{StrBytes, VersionRange};
 use tokio::time::Instant;
 
 use super::{ApiError, Context, Frame, Handler, IntoFrame, encode_error, encode_response};
-use crate::log::{FileSlice, Read};
+use crate::log::{FileSlice, Read, StorageError};
 use crate::quotas::Direction;
 use crate::security::{AclOperation, Resource};
 use crate::stats::TopicCounters;
@@ -110,7 +112,7 @@ fn collect(
                 };
                 // Only locate the bytes under the lock; read them after releasing it.
                 let (start, end, stable, read, aborted) = {
-                    let log = partition.log();
+                    let mut log = partition.log();
                     let limit = usize::try_from(p.partition_max_bytes).unwrap_or(0).min(remaining);
                     let end = log.log_end_offset();
                     let stable = log.last_stable_offset();
@@ -119,7 +121,7 @@ fn collect(
                     let read = if limit == 0 && total > 0 {
                         Ok(Some(Read::Empty))
                     } else {
-                        log.read(p.fetch_offset, limit, total == 0, upper)
+                        log.read_checked(p.fetch_offset, limit, total == 0, upper)
                     };
                     let aborted = read_committed.then(|| {
                         log.aborted_transactions(p.fetch_offset, upper)
@@ -151,6 +153,12 @@ fn collect(
                     Ok(None) => {
                         any_error = true;
                         data.with_error_code(ResponseError::OffsetOutOfRange.code())
+                    }
+                    // Damage was reported once, when found: the consumer is told, not the log.
+                    Err(e @ StorageError::Damaged { .. }) => {
+                        tracing::debug!(topic = ?topic.as_ref().map(|t| &t.name), partition = p.partition, error = %e, "fetch of damaged offsets");
+                        any_error = true;
+                        data.with_error_code(ResponseError::CorruptMessage.code())
                     }
                     Err(e) => {
                         tracing::error!(topic = ?topic.as_ref().map(|t| &t.name), partition = p.partition, error = %e, "fetch read failed");

@@ -11,6 +11,7 @@ use super::StorageError;
 use super::batch::{self, BatchHeader, HEADER_LEN};
 use super::control::{self, Marker};
 use super::producers::AbortedTxn;
+use super::scan::{Damage, Found, Walk};
 use super::txn_index::TxnIndex;
 
 const INDEX_ENTRY: usize = 8;
@@ -53,6 +54,9 @@ pub(crate) struct Segment {
     index_interval: u64,
     /// Transactions aborted by markers in this segment.
     txn_index: TxnIndex,
+    /// Ranges of the `.log` file that hold no intact batch, by position; reads stop before
+    /// them and go on after them.
+    damaged: Vec<Damage>,
 }
 
 fn io_err(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> StorageError {
@@ -106,17 +110,22 @@ impl Segment {
             created_ms: 0,
             index_interval: 4096,
             txn_index: TxnIndex::empty(dir.join(file_name(base_offset, "txnindex"))),
+            damaged: Vec::new(),
         })
     }
 
     /// Opens an existing segment, walking its batches to rebuild the indexes. With `verify`
-    /// (the active segment) every batch's CRC is checked; a torn or corrupt tail is truncated.
+    /// every batch's CRC is checked, else only headers. Damaged bytes are skipped up to the
+    /// next intact batch and kept in [`Segment::damaged`]; `next_base` is the next segment's
+    /// base offset, `None` for the active segment, where damage with no intact batch after it
+    /// is a torn tail and is truncated.
     pub(crate) fn open(
         dir: &Path,
         base_offset: i64,
         verify: bool,
         index_interval_bytes: u32,
         now_ms: i64,
+        next_base: Option<i64>,
     ) -> Result<(Segment, Recovery), StorageError> {
         let mut segment = Segment::open_files(dir, base_offset, true)?;
         segment.index_interval = u64::from(index_interval_bytes);
@@ -125,45 +134,42 @@ impl Segment {
             .metadata()
             .map_err(io_err(&segment.log_path, "stat"))?
             .len();
-        let mut position = 0u64;
-        let mut header_buf = [0u8; HEADER_LEN];
-        let mut batch_buf = Vec::new();
-        while position < file_len {
-            let remaining = file_len - position;
-            if remaining < HEADER_LEN as u64 {
-                break;
-            }
-            if segment
-                .log
-                .read_exact_at(&mut header_buf, position)
-                .is_err()
-            {
-                break;
-            }
-            let header = match batch::parse_header(&header_buf) {
-                Ok(header) if (header.size as u64) <= remaining => header,
-                _ => break,
-            };
-            if verify {
-                batch_buf.resize(header.size, 0);
-                if segment.log.read_exact_at(&mut batch_buf, position).is_err()
-                    || batch::validate(&batch_buf).is_err()
-                {
-                    break;
+        let log = Arc::clone(&segment.log);
+        let path = segment.log_path.clone();
+        let walk = Walk {
+            file: &log,
+            path: &path,
+            len: file_len,
+            base_offset,
+            bound: next_base,
+            verify,
+        };
+        walk.run(
+            0,
+            base_offset,
+            |found| match found {
+                Found::Batch { position, header } => {
+                    segment.track(&header, position, &mut Vec::new(), &mut Vec::new());
+                    segment.size = position + header.size as u64;
                 }
-            }
-            // Offsets must grow and stay within u32 of the segment's base (the index format);
-            // anything else is garbage left by a crash.
-            if header.base_offset < segment.next_offset
-                || header.last_offset() - base_offset > i64::from(u32::MAX)
-                || header.last_offset() == i64::MAX
-            {
-                break;
-            }
-            segment.size = position;
-            segment.track(&header, position, &mut Vec::new(), &mut Vec::new());
-            position += header.size as u64;
-            segment.size = position;
+                Found::Damage(damage) => {
+                    segment.size = damage.end;
+                    segment.damaged.push(damage);
+                }
+            },
+            |_| true,
+        )?;
+        // A torn tail: bytes at the end that are no whole batch and hold no offset a later
+        // segment does not have (on the active segment, any such bytes).
+        if let Some(tail) = segment.damaged.pop_if(|d| {
+            d.end == file_len && (next_base.is_none() || d.next_offset <= d.first_offset)
+        }) {
+            segment.size = tail.position;
+        }
+        if let Some(last) = segment.damaged.last()
+            && last.end == file_len
+        {
+            segment.next_offset = segment.next_offset.max(last.next_offset);
         }
         let truncated_bytes = file_len - segment.size;
         if truncated_bytes > 0 {
@@ -265,7 +271,14 @@ impl Segment {
             }
             _ => {
                 drop(segment);
-                Segment::open(dir, base_offset, false, index_interval_bytes, now_ms)
+                Segment::open(
+                    dir,
+                    base_offset,
+                    false,
+                    index_interval_bytes,
+                    now_ms,
+                    Some(next_base),
+                )
             }
         }
     }
@@ -448,23 +461,123 @@ impl Segment {
         } else {
             u64::from(self.index_entries[slot - 1].1)
         };
-        let mut header_buf = [0u8; HEADER_LEN];
         while position < self.size {
-            self.log
-                .read_exact_at(&mut header_buf, position)
-                .map_err(io_err(&self.log_path, "read"))?;
-            let header =
-                batch::parse_header(&header_buf).map_err(|source| StorageError::Corrupt {
-                    path: self.log_path.clone(),
-                    position,
-                    source,
-                })?;
+            if let Some(damage) = self.damage_around(position) {
+                position = damage.end;
+                continue;
+            }
+            let header = self.header_at(position)?;
             if header.last_offset() >= offset {
                 return Ok(Some((position, header)));
             }
             position += header.size as u64;
         }
         Ok(None)
+    }
+
+    /// The header of the batch at `position`, which must be whole within the segment.
+    fn header_at(&self, position: u64) -> Result<BatchHeader, StorageError> {
+        let corrupt = |source| StorageError::Corrupt {
+            path: self.log_path.clone(),
+            position,
+            source,
+        };
+        let left = self.size - position;
+        let mut header_buf = [0u8; HEADER_LEN];
+        let have = usize::try_from(left).unwrap_or(HEADER_LEN).min(HEADER_LEN);
+        self.log
+            .read_exact_at(&mut header_buf[..have], position)
+            .map_err(io_err(&self.log_path, "read"))?;
+        let header = batch::parse_header(&header_buf[..have]).map_err(corrupt)?;
+        if header.size as u64 > left {
+            return Err(corrupt(batch::BatchError::Truncated {
+                have: usize::try_from(left).unwrap_or(usize::MAX),
+                need: header.size,
+            }));
+        }
+        Ok(header)
+    }
+
+    /// The damaged range that `position` is in, if any.
+    fn damage_around(&self, position: u64) -> Option<&Damage> {
+        self.damaged
+            .iter()
+            .find(|d| position >= d.position && position < d.end)
+    }
+
+    /// The damaged ranges known, by position.
+    pub(crate) fn damaged(&self) -> &[Damage] {
+        &self.damaged
+    }
+
+    /// The `.log` file's path.
+    pub(crate) fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// The open `.log` file, to read it without holding the partition (a scrub).
+    pub(crate) fn log_file(&self) -> Arc<File> {
+        Arc::clone(&self.log)
+    }
+
+    /// Records damage found by a walk of this segment's file; false when it was known.
+    pub(crate) fn add_damage(&mut self, damage: Damage) -> bool {
+        if damage.end > self.size
+            || self
+                .damaged
+                .iter()
+                .any(|d| d.position < damage.end && damage.position < d.end)
+        {
+            return false;
+        }
+        let at = self
+            .damaged
+            .partition_point(|d| d.position < damage.position);
+        self.damaged.insert(at, damage);
+        true
+    }
+
+    /// Walks the segment from its start, checking every CRC, until past `position` (where a
+    /// read found something that is not a batch): the damage found on the way that was not
+    /// known yet.
+    pub(crate) fn find_damage(&self, position: u64) -> Result<Vec<Damage>, StorageError> {
+        let walk = Walk {
+            file: &self.log,
+            path: &self.log_path,
+            len: self.size,
+            base_offset: self.base_offset,
+            bound: Some(self.next_offset),
+            verify: true,
+        };
+        let found = std::cell::RefCell::new(Vec::new());
+        let mut at = 0u64;
+        walk.run(
+            0,
+            self.base_offset,
+            |f| {
+                if let Found::Damage(damage) = f
+                    && !self.damaged.iter().any(|d| d.position == damage.position)
+                {
+                    found.borrow_mut().push(damage);
+                }
+            },
+            |bytes| {
+                at += bytes;
+                at <= position || found.borrow().is_empty()
+            },
+        )?;
+        Ok(found.into_inner())
+    }
+
+    /// The error a read of damaged offsets gets.
+    fn damaged_error(&self, damage: &Damage) -> StorageError {
+        StorageError::Damaged {
+            path: self.log_path.clone(),
+            position: damage.position,
+            end: damage.end,
+            first_offset: damage.first_offset,
+            last_offset: damage.last_offset(),
+        }
     }
 
     /// Where the batches from the one containing `offset` lie: the whole batches that fit in
@@ -478,6 +591,9 @@ impl Segment {
         min_one: bool,
         upper: i64,
     ) -> Result<Option<FileSlice>, StorageError> {
+        if let Some(damage) = self.damaged.iter().find(|d| d.holds_offset(offset)) {
+            return Err(self.damaged_error(damage));
+        }
         let Some((position, first)) = self.position_of(offset)? else {
             return Ok(None);
         };
@@ -488,6 +604,9 @@ impl Segment {
         } else {
             self.position_of(upper)?.map_or(self.size, |(stop, _)| stop)
         };
+        // A range ends before damage: the next read, at its offsets, gets the error.
+        let next_damage = self.damaged.iter().find(|d| d.position > position);
+        let stop = next_damage.map_or(stop, |d| d.position.min(stop));
         let first_end = position + first.size as u64;
         let end = if first_end > stop {
             position
@@ -507,6 +626,8 @@ impl Segment {
             first.last_offset() + 1
         } else if end == self.size {
             self.next_offset
+        } else if let Some(damage) = next_damage.filter(|d| d.position == end) {
+            damage.first_offset
         } else {
             self.base_offset_at(end)?
         };
@@ -543,14 +664,17 @@ impl Segment {
             0 => from,
             _ => from.max(u64::from(self.index_entries[slot - 1].1)),
         };
-        let mut length = [0u8; batch::LOG_OVERHEAD];
-        while limit - end >= batch::LOG_OVERHEAD as u64 {
+        // Up to the magic byte: a length that lands anywhere but on a batch ends the range.
+        let mut length = [0u8; batch::LOG_OVERHEAD + 5];
+        while limit - end >= length.len() as u64 {
             self.log
                 .read_exact_at(&mut length, end)
                 .map_err(io_err(&self.log_path, "read"))?;
             // A bad length ends the range there, like the end of the limit does.
             match batch::batch_size(&length) {
-                Ok(Some(size)) if size as u64 <= limit - end => end += size as u64,
+                Ok(Some(size)) if size as u64 <= limit - end && length[16] == 2 => {
+                    end += size as u64
+                }
                 _ => break,
             }
         }
@@ -575,17 +699,12 @@ impl Segment {
         let Some((mut position, _)) = self.position_of(start_offset)? else {
             return Ok(None);
         };
-        let mut header_buf = [0u8; HEADER_LEN];
         while position < self.size {
-            self.log
-                .read_exact_at(&mut header_buf, position)
-                .map_err(io_err(&self.log_path, "read"))?;
-            let header =
-                batch::parse_header(&header_buf).map_err(|source| StorageError::Corrupt {
-                    path: self.log_path.clone(),
-                    position,
-                    source,
-                })?;
+            if let Some(damage) = self.damage_around(position) {
+                position = damage.end;
+                continue;
+            }
+            let header = self.header_at(position)?;
             if header.max_timestamp >= timestamp {
                 let mut buf = BytesMut::zeroed(header.size);
                 self.log
@@ -596,6 +715,20 @@ impl Segment {
             position += header.size as u64;
         }
         Ok(None)
+    }
+
+    /// Handles on the `.log`, `.index` and `.timeindex` (with their paths), to fsync them
+    /// without holding the partition.
+    pub(crate) fn sync_handles(&self) -> Result<Vec<(PathBuf, File)>, StorageError> {
+        let dup = |file: &File, path: PathBuf| match file.try_clone() {
+            Ok(file) => Ok((path, file)),
+            Err(e) => Err(io_err(&path, "open")(e)),
+        };
+        Ok(vec![
+            dup(&self.log, self.log_path.clone())?,
+            dup(&self.index, self.log_path.with_extension("index"))?,
+            dup(&self.time_index, self.log_path.with_extension("timeindex"))?,
+        ])
     }
 
     /// Fsyncs the log and its indexes.
@@ -652,6 +785,10 @@ impl Segment {
         };
         let mut buf = [0u8; control::PARSE_LEN];
         while position < self.size {
+            if let Some(damage) = self.damage_around(position) {
+                position = damage.end;
+                continue;
+            }
             let len = usize::try_from(self.size - position)
                 .unwrap_or(usize::MAX)
                 .min(buf.len());

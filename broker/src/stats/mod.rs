@@ -87,6 +87,11 @@ pub struct PartitionStats {
     pub size_bytes: u64,
     /// Number of segments, the active one included.
     pub segments: usize,
+    /// Ranges of its segment files found damaged (by recovery, the scrubber or a read) and
+    /// not yet removed: fetches of their offsets get CORRUPT_MESSAGE (see `agent log-repair`).
+    pub damaged_ranges: usize,
+    /// Bytes of those ranges.
+    pub damaged_bytes: u64,
 }
 
 /// One topic's traffic, counted per batch (Kafka's `BytesInPerSec`, `BytesOutPerSec`,
@@ -320,6 +325,7 @@ impl BrokerObserver {
         for topic in self.sorted_topics() {
             for p in &topic.partitions {
                 let log = p.log();
+                let (damaged_ranges, damaged_bytes) = log.damage_summary();
                 out.push(PartitionStats {
                     topic: topic.name.clone(),
                     partition: p.index,
@@ -328,6 +334,8 @@ impl BrokerObserver {
                     last_stable_offset: log.last_stable_offset(),
                     size_bytes: log.size_bytes(),
                     segments: log.segment_count(),
+                    damaged_ranges,
+                    damaged_bytes,
                 });
             }
         }

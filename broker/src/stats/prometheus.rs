@@ -7,6 +7,8 @@
 //! | `kafka_last_stable_offset` | gauge | topic, partition | where read_committed consumers stop |
 //! | `kafka_log_size_bytes` | gauge | topic, partition | bytes of the segment files |
 //! | `kafka_log_segments` | gauge | topic, partition | segments, the active one included |
+//! | `kafka_log_damaged_ranges` | gauge | topic, partition | damaged ranges found and not removed |
+//! | `kafka_log_damaged_bytes` | gauge | topic, partition | bytes of those ranges |
 //! | `kafka_topic_bytes_in_total` | counter | topic | bytes of batches appended by Produce |
 //! | `kafka_topic_bytes_out_total` | counter | topic | bytes of batches sent by Fetch |
 //! | `kafka_topic_records_in_total` | counter | topic | records appended by Produce |
@@ -98,7 +100,7 @@ fn encode_partitions(encoder: &mut DescriptorEncoder<'_>, stats: &BrokerStats) -
             ("partition", p.partition.to_string()),
         ]
     };
-    let gauges: [Described<super::PartitionStats, i64>; 5] = [
+    let gauges: [Described<super::PartitionStats, i64>; 7] = [
         (
             "kafka_log_start_offset",
             "First offset still stored in the partition.",
@@ -123,6 +125,16 @@ fn encode_partitions(encoder: &mut DescriptorEncoder<'_>, stats: &BrokerStats) -
             "kafka_log_segments",
             "Segments of the partition, the active one included.",
             |p| i64::try_from(p.segments).unwrap_or(i64::MAX),
+        ),
+        (
+            "kafka_log_damaged_ranges",
+            "Damaged ranges found in the partition's segment files (CORRUPT_MESSAGE to fetches).",
+            |p| i64::try_from(p.damaged_ranges).unwrap_or(i64::MAX),
+        ),
+        (
+            "kafka_log_damaged_bytes",
+            "Bytes of the damaged ranges found in the partition's segment files.",
+            |p| i64::try_from(p.damaged_bytes).unwrap_or(i64::MAX),
         ),
     ];
     for (name, help, value) in gauges {
