@@ -1,0 +1,142 @@
+//! A file channel's segment files as its committed index describes them, read without
+//! changing anything (`agent state`): their size on disk, whether every segment the index
+//! lists is there and holds the committed bytes, and the oldest event not yet taken.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use ferry_core::state::LogIndex;
+
+use super::segment;
+
+/// What the segment files of one channel hold.
+#[derive(Clone, Debug, Default)]
+pub struct ChannelFiles {
+    /// The channel's directory, `<data_dir>/channels/<id>`.
+    pub dir: PathBuf,
+    /// Bytes of every file in the directory.
+    pub size_on_disk: u64,
+    /// Segment files the index lists that are missing, shorter than committed or damaged,
+    /// each naming the file and what is wrong.
+    pub problems: Vec<String>,
+    /// The oldest event stored and not taken, if any.
+    pub oldest: Option<OldestEvent>,
+}
+
+/// The oldest event of a channel not taken yet.
+#[derive(Clone, Debug)]
+pub struct OldestEvent {
+    /// Its sequence number.
+    pub seq: u64,
+    /// Its `timestamp` header (milliseconds since the epoch, as Flume's timestamp interceptor
+    /// writes it), when it has a readable one.
+    pub timestamp_ms: Option<u64>,
+    /// When the segment file holding it was last written: the event was stored no later.
+    pub segment_modified: Option<SystemTime>,
+}
+
+/// Reads the files of the channel whose committed index is `index`, under `data_dir`.
+pub fn inspect(data_dir: &Path, index: &LogIndex) -> ChannelFiles {
+    let dir = data_dir.join("channels").join(index.id.to_string());
+    let mut files = ChannelFiles {
+        size_on_disk: size_of(&dir),
+        ..ChannelFiles::default()
+    };
+    if let Some((base, _)) = index.end
+        && !index.segments.contains(&base)
+    {
+        files.problems.push(format!(
+            "{}: the committed end is in segment {base}, which the index does not list",
+            dir.display()
+        ));
+    }
+    let mut lengths = Vec::with_capacity(index.segments.len());
+    for &base in &index.segments {
+        let path = segment::segment_path(&dir, base);
+        match std::fs::metadata(&path) {
+            Ok(meta) => {
+                let committed = index.end.filter(|(b, _)| *b == base).map(|(_, end)| end);
+                if let Some(committed) = committed
+                    && meta.len() < committed
+                {
+                    files.problems.push(format!(
+                        "{}: {} bytes long, the state says {committed} are committed",
+                        path.display(),
+                        meta.len()
+                    ));
+                }
+                // Bytes past the committed end are cut at the next start: only what was
+                // committed is read.
+                lengths.push((base, committed.unwrap_or(meta.len()).min(meta.len())));
+            }
+            Err(e) => files.problems.push(format!(
+                "{}: missing, the state lists it as segment {base} of the channel ({e})",
+                path.display()
+            )),
+        }
+    }
+    if index.stored > 0 && files.problems.is_empty() {
+        match oldest(&dir, index, &lengths) {
+            Ok(found) => files.oldest = found,
+            Err(problem) => files.problems.push(problem),
+        }
+    }
+    files.dir = dir;
+    files
+}
+
+/// Bytes of the files in `dir` (0 when it does not exist).
+fn size_of(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Whether `seq` was taken for good.
+fn is_taken(index: &LogIndex, seq: u64) -> bool {
+    seq < index.taken_seq
+        || index
+            .taken
+            .iter()
+            .any(|(first, last)| (*first..=*last).contains(&seq))
+}
+
+/// Walks the frames of the segments, `(base, readable length)` in order, to the first event
+/// not taken. Only that frame's payload is read; the others' headers are skipped over.
+fn oldest(
+    dir: &Path,
+    index: &LogIndex,
+    lengths: &[(u64, u64)],
+) -> Result<Option<OldestEvent>, String> {
+    for &(base, limit) in lengths {
+        let path = segment::segment_path(dir, base);
+        let file = File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut offset = 0;
+        while offset < limit {
+            let header =
+                segment::read_header(&file, &path, offset, limit).map_err(|e| e.to_string())?;
+            let first = header.first_seq.max(index.taken_seq);
+            if let Some(seq) = (first..header.end_seq()).find(|s| !is_taken(index, *s)) {
+                let events = segment::read_events(&file, &path, offset, &header)
+                    .map_err(|e| e.to_string())?;
+                let event = events.get((seq - header.first_seq) as usize);
+                return Ok(Some(OldestEvent {
+                    seq,
+                    timestamp_ms: event
+                        .and_then(|e| e.headers.get("timestamp"))
+                        .and_then(|t| t.trim().parse().ok()),
+                    segment_modified: file.metadata().and_then(|m| m.modified()).ok(),
+                }));
+            }
+            offset += header.frame_len();
+        }
+    }
+    Ok(None)
+}
