@@ -16,6 +16,7 @@ use rdkafka::config::ClientConfig;
 pub mod acls;
 pub mod console;
 pub mod groups;
+pub mod state;
 pub mod top;
 pub mod topics;
 pub mod transactions;
