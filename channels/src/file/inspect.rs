@@ -140,3 +140,92 @@ fn oldest(
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ferry_core::state::{Durability, StateStore};
+    use ferry_core::{Channel, Event, Headers, PutBatch, config::ByteSize};
+
+    use super::*;
+    use crate::file::{FileChannel, FileChannelConfig};
+
+    fn put(events: Vec<Event>) -> PutBatch {
+        PutBatch {
+            source: "src".into(),
+            events,
+            checkpoint: None,
+            ack: None,
+            joint: None,
+        }
+    }
+
+    fn stamped(body: &str, ms: &str) -> Event {
+        let headers: Headers = [("timestamp".to_owned(), ms.to_owned())]
+            .into_iter()
+            .collect();
+        Event::new(headers, body.to_owned())
+    }
+
+    #[tokio::test]
+    async fn finds_the_oldest_event_not_taken_and_names_damaged_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = FileChannelConfig {
+            capacity: 100,
+            transaction_capacity: 100,
+            durability: Durability::Normal,
+            data_dir: None,
+            minimum_free_space: ByteSize(0),
+            max_file_size: ByteSize(64 << 20),
+        };
+        let channel = FileChannel::new("c", &options, dir.path().to_owned());
+        channel.start().await.unwrap();
+        let plain = |n: u32| Event::from_body(n.to_string());
+        channel.put(put(vec![plain(1), plain(2)])).await.unwrap();
+        channel
+            .put(put(vec![stamped("3", "1700000000000"), plain(4)]))
+            .await
+            .unwrap();
+        channel
+            .take(2, Duration::ZERO)
+            .await
+            .unwrap()
+            .commit()
+            .await
+            .unwrap();
+        let index = || {
+            StateStore::open(dir.path())
+                .unwrap()
+                .channel_log("c")
+                .unwrap()
+        };
+        let files = inspect(dir.path(), &index());
+        assert!(files.problems.is_empty(), "{:?}", files.problems);
+        let oldest = files.oldest.unwrap();
+        assert_eq!(
+            (oldest.seq, oldest.timestamp_ms),
+            (3, Some(1_700_000_000_000))
+        );
+        let segment = segment::segment_path(&files.dir, 1);
+        assert_eq!(
+            files.size_on_disk,
+            std::fs::metadata(&segment).unwrap().len()
+        );
+
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&segment)
+            .unwrap()
+            .set_len(10)
+            .unwrap();
+        let problems = inspect(dir.path(), &index()).problems;
+        assert!(
+            problems.len() == 1 && problems[0].contains("10 bytes long, the state says"),
+            "{problems:?}"
+        );
+        std::fs::remove_file(&segment).unwrap();
+        let problems = inspect(dir.path(), &index()).problems;
+        assert!(problems[0].contains("missing"), "{problems:?}");
+    }
+}
