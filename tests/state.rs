@@ -364,3 +364,57 @@ fn what_cannot_be_read_is_named() {
     );
     assert_eq!(fs::read_dir(dir.path().join("data")).unwrap().count(), 1);
 }
+
+#[test]
+fn a_pipeline_file_names_every_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, _received) = http_server(|_| 503, Duration::ZERO);
+    let config = format!(
+        "agent:
+  data_dir: ./data
+  drain_timeout: 1s
+sources:
+  counter:
+    type: seq
+    channels: [elsewhere]
+    total_events: 7
+channels:
+  elsewhere: {{ type: file, data_dir: ./other }}
+sinks:
+  out:
+    type: http
+    channel: elsewhere
+    endpoint: http://127.0.0.1:{port}/
+"
+    );
+    let mut running = Agent::start(dir.path(), &config);
+    let report = || {
+        let out = agent(
+            dir.path(),
+            &["state", "--config", "pipeline.yaml", "--json"],
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    wait_until(Duration::from_secs(30), "7 events in ./other", || {
+        report()["data_dirs"][1]["channels"][0]["depth"] == 7
+    });
+    running.signal(Signal::SIGTERM);
+    running.wait(Duration::from_secs(30));
+    let report = report();
+    let dirs: Vec<&str> = report["data_dirs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["data_dir"].as_str().unwrap())
+        .collect();
+    assert_eq!(dirs, ["./data", "./other"], "{report:#}");
+    assert_eq!(report["healthy"], true, "{report:#}");
+    let source = &report["data_dirs"][1]["sources"][0];
+    assert_eq!(source["name"], "counter");
+    assert_eq!(source["checkpoint"]["format"], "seq", "{source:#}");
+    assert_eq!(source["checkpoint"]["next"], 7, "{source:#}");
+    let out = agent(dir.path(), &["validate", "--state", "pipeline.yaml"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("./other: state ok"), "{stdout}");
+}
