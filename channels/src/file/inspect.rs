@@ -99,13 +99,16 @@ fn size_of(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// Whether `seq` was taken for good.
-fn is_taken(index: &LogIndex, seq: u64) -> bool {
-    seq < index.taken_seq
-        || index
-            .taken
-            .iter()
-            .any(|(first, last)| (*first..=*last).contains(&seq))
+/// The first sequence number from `seq` on that was not taken for good: past the low-water
+/// mark and every taken range it falls in (one step per range, whatever their sizes).
+fn first_not_taken(index: &LogIndex, seq: u64) -> u64 {
+    let mut seq = seq.max(index.taken_seq);
+    for (first, last) in &index.taken {
+        if (*first..=*last).contains(&seq) {
+            seq = last.saturating_add(1);
+        }
+    }
+    seq
 }
 
 /// Walks the frames of the segments, `(base, readable length)` in order, to the first event
@@ -122,8 +125,10 @@ fn oldest(
         while offset < limit {
             let header =
                 segment::read_header(&file, &path, offset, limit).map_err(|e| e.to_string())?;
-            let first = header.first_seq.max(index.taken_seq);
-            if let Some(seq) = (first..header.end_seq()).find(|s| !is_taken(index, *s)) {
+            // The header was read from disk: its numbers are not trusted to add up.
+            let end = header.first_seq.saturating_add(header.count);
+            let seq = first_not_taken(index, header.first_seq);
+            if seq < end {
                 let events = segment::read_events(&file, &path, offset, &header)
                     .map_err(|e| e.to_string())?;
                 let event = events.get((seq - header.first_seq) as usize);
@@ -166,6 +171,18 @@ mod tests {
             .into_iter()
             .collect();
         Event::new(headers, body.to_owned())
+    }
+
+    #[test]
+    fn skips_the_mark_and_taken_ranges_without_overflow() {
+        let index = LogIndex {
+            taken_seq: 5,
+            taken: vec![(5, 9), (10, 10), (20, u64::MAX)],
+            ..LogIndex::default()
+        };
+        assert_eq!(first_not_taken(&index, 1), 11);
+        assert_eq!(first_not_taken(&index, 12), 12);
+        assert_eq!(first_not_taken(&index, 25), u64::MAX);
     }
 
     #[tokio::test]
