@@ -353,9 +353,13 @@ impl DirReport {
             }
             let (oldest_age_ms, oldest_age_from) = match &files.oldest {
                 Some(oldest) => match (oldest.timestamp_ms, oldest.segment_modified) {
+                    // A header is whatever the event carried: a time past the end of the
+                    // clock's range gives no age rather than an overflow.
                     (Some(ms), _) => {
-                        let made = SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
-                        (Some(age_ms(now, made)), Some("timestamp_header"))
+                        match SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)) {
+                            Some(made) => (Some(age_ms(now, made)), Some("timestamp_header")),
+                            None => (None, None),
+                        }
                     }
                     (None, Some(modified)) => {
                         (Some(age_ms(now, modified)), Some("segment_modified"))
