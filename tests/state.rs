@@ -346,6 +346,12 @@ fn a_truncated_segment_fails_state_and_validate_naming_it() {
 #[test]
 fn what_cannot_be_read_is_named() {
     let dir = tempfile::tempdir().unwrap();
+    // Before the first run there is nothing to check, and nothing is made.
+    fs::write(dir.path().join("pipeline.yaml"), pipeline(1)).unwrap();
+    let out = agent(dir.path(), &["validate", "--state", "pipeline.yaml"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("./data: no state yet"));
+    assert!(!dir.path().join("data").exists());
     let out = agent(dir.path(), &["state", "--data-dir", "nowhere"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere"));

@@ -80,7 +80,7 @@ pub fn run(args: &StateArgs, registry: &Registry) -> ExitCode {
 
 /// `agent validate --state`: the integrity of the data directories of a pipeline file that
 /// validated, one line each; `false` if any is damaged. A directory without a state database
-/// yet (the agent never ran) is sound.
+/// yet, or not made yet (the agent never ran), is sound.
 pub(crate) fn check_pipeline(path: &Path, name: Option<&str>, registry: &Registry) -> bool {
     let (dirs, source_types) = match pipeline_dirs(path, name, registry) {
         Ok(found) => found,
@@ -91,7 +91,7 @@ pub(crate) fn check_pipeline(path: &Path, name: Option<&str>, registry: &Registr
     };
     let mut ok = true;
     for dir in dirs {
-        if dir.is_dir() && !dir.join("state.db").exists() {
+        if !dir.join("state.db").exists() {
             println!("{}: no state yet", dir.display());
             continue;
         }
