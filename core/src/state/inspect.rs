@@ -12,7 +12,10 @@
 //! - A WAL file without its `-shm` index cannot be read without creating one; the database
 //!   file alone is read then, and [`StateSnapshot::notes`] says so.
 //!
-//! Everything is read in one read transaction, so the numbers are of one moment.
+//! Everything is read in one read transaction, so the numbers are of one moment. (Should the
+//! agent close the database between the look for its WAL file and the open, the open fails
+//! and may leave an empty WAL file, which the next agent to open the database removes: read
+//! again.)
 
 use std::path::{Path, PathBuf};
 
@@ -93,7 +96,7 @@ pub fn read_state(data_dir: &Path) -> Result<StateSnapshot, StateError> {
     .map_err(|e| error(e.to_string()))?;
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(|e| error(e.to_string()))?;
-    let mut snapshot = read_in_transaction(&conn).map_err(|e| error(describe(&e)))?;
+    let mut snapshot = read_retrying(&conn).map_err(|e| error(describe(&e)))?;
     if snapshot.schema_version > SCHEMA_VERSION {
         return Err(error(format!(
             "schema version {} is newer than this agent understands ({SCHEMA_VERSION}); use a newer agent",
@@ -143,6 +146,32 @@ fn describe(error: &rusqlite::Error) -> String {
         Some(rusqlite::ErrorCode::DatabaseCorrupt) => format!("damaged: {error}"),
         _ => error.to_string(),
     }
+}
+
+/// Reads again while a running agent's writes keep the WAL from being read consistently (a
+/// reader that may not write the shared-memory index retries where others would wait).
+fn read_retrying(conn: &Connection) -> rusqlite::Result<StateSnapshot> {
+    let mut attempt = 0;
+    loop {
+        match read_in_transaction(conn) {
+            Err(e) if attempt < 10 && is_transient(&e) => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            read => return read,
+        }
+    }
+}
+
+fn is_transient(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(
+            rusqlite::ErrorCode::DatabaseBusy
+                | rusqlite::ErrorCode::DatabaseLocked
+                | rusqlite::ErrorCode::FileLockingProtocolFailed
+        )
+    )
 }
 
 fn read_in_transaction(conn: &Connection) -> rusqlite::Result<StateSnapshot> {
