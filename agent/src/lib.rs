@@ -82,6 +82,11 @@ enum Command {
         /// Flume files whatever their extension.
         #[arg(short = 'n', long)]
         name: Option<String>,
+        /// Also check the state of each file's data directories (as `agent state` does):
+        /// SQLite's integrity check and the file channels' segment files; exits 1 if any is
+        /// damaged.
+        #[arg(long)]
+        state: bool,
     },
     /// Prints the pipeline YAML of an agent of a Flume file, checked as `validate` checks it;
     /// exits 2, printing the problems, if the file cannot run.
@@ -89,6 +94,9 @@ enum Command {
         #[command(flatten)]
         file: PipelineArgs,
     },
+    /// Prints what a data directory holds, read without changing it: channel depths, source
+    /// checkpoints, sink progress and the integrity of the state; exits 1 if it is damaged.
+    State(tools::state::StateArgs),
     /// Runs the bundled Kafka-compatible broker alone, until SIGINT/SIGTERM.
     Broker {
         /// A YAML file of broker settings (the keys of a pipeline's `broker:` section).
@@ -210,7 +218,21 @@ pub fn main_with(registry: Registry) -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
-        Command::Validate { files, name } => validate(&files, name.as_deref(), &registry),
+        Command::Validate { files, name, state } => {
+            let code = validate(&files, name.as_deref(), &registry);
+            if state && code == ExitCode::SUCCESS {
+                // Every file is checked, also after a damaged one.
+                let damaged = files
+                    .iter()
+                    .filter(|file| !tools::state::check_pipeline(file, name.as_deref(), &registry))
+                    .count();
+                if damaged > 0 {
+                    return ExitCode::FAILURE;
+                }
+            }
+            code
+        }
+        Command::State(args) => tools::state::run(&args, &registry),
         Command::Run { file, no_watch } => run(&file, registry, !no_watch),
         Command::Convert { file } => convert(&file, &registry),
         Command::Broker { config } => broker(config.as_deref()),

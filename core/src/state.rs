@@ -47,6 +47,8 @@ use crate::event::{Event, Headers};
 /// The newest schema version this build writes.
 const SCHEMA_VERSION: i64 = 2;
 
+pub mod inspect;
+
 /// Errors of the state store.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum StateError {

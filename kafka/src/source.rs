@@ -119,6 +119,13 @@ fn decode_offsets(checkpoint: &Checkpoint) -> Result<BTreeMap<Tp, i64>, SourceEr
     Ok(list.into_iter().map(|(t, p, o)| ((t, p), o)).collect())
 }
 
+/// The next offset of every partition a kafka source checkpoint holds, as `(topic,
+/// partition, offset)` (for `agent state`); `None` if `bytes` is not such a checkpoint.
+pub fn checkpoint_offsets(bytes: &[u8]) -> Option<Vec<(String, i32, i64)>> {
+    let offsets = decode_offsets(&Checkpoint::new(bytes.to_vec())).ok()?;
+    Some(offsets.into_iter().map(|((t, p), o)| (t, p, o)).collect())
+}
+
 /// What the rebalance callback and the batch loop share.
 #[derive(Default)]
 struct Shared {

@@ -29,6 +29,8 @@ pub mod exec;
 #[cfg(unix)]
 mod file_id;
 pub mod http;
+#[cfg(unix)]
+pub mod inspect;
 pub mod interceptors;
 mod lines;
 pub mod netcat;

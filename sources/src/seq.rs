@@ -50,7 +50,7 @@ impl SeqSource {
 }
 
 /// The number to resume from, from a checkpoint written by [`SeqSource`].
-fn resume_from(checkpoint: Option<&Checkpoint>) -> Result<u64, SourceError> {
+pub(crate) fn resume_from(checkpoint: Option<&Checkpoint>) -> Result<u64, SourceError> {
     let Some(checkpoint) = checkpoint else {
         return Ok(0);
     };

@@ -19,6 +19,7 @@ pub mod console;
 pub mod dead_letters;
 pub mod groups;
 pub mod log_repair;
+pub mod state;
 pub mod top;
 pub mod topics;
 pub mod transactions;

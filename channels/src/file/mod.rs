@@ -56,6 +56,7 @@
 //!
 //! A full disk makes puts wait, logging once, until space returns; nothing is dropped.
 
+pub mod inspect;
 mod log;
 mod segment;
 

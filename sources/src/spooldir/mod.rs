@@ -34,6 +34,7 @@
 
 mod checkpoint;
 mod config;
+pub(crate) mod inspect;
 mod reader;
 #[cfg(test)]
 mod tests;

@@ -35,6 +35,7 @@
 mod checkpoint;
 mod config;
 mod files;
+pub(crate) mod inspect;
 mod reader;
 #[cfg(test)]
 mod tests;
