@@ -23,7 +23,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use kafka_protocol::records::RecordBatchDecoder;
 
 use crate::log::batch::{self, HEADER_LEN};
 use crate::log::scan::{Found, Walk};
@@ -319,15 +318,17 @@ fn dump_batch(
             i32_at(b, 17) as u32,
             batch::validate(b).is_ok(),
         )?;
-        // Records are decoded only from intact batches whose offsets cannot overflow.
+        // Records are decoded only from intact batches whose offsets cannot overflow and
+        // whose record count could be true (see `batch::decode_records`).
         if print_data_log
             && batch::validate(b).is_ok()
             && header.base_offset <= i64::MAX - i64::from(i32::MAX)
         {
-            let mut bytes = Bytes::copy_from_slice(b);
-            match RecordBatchDecoder::decode(&mut bytes) {
-                Ok(set) => {
-                    for r in &set.records {
+            match batch::decode_records(b)
+                .ok_or("a record count the batch cannot hold, or records that do not decode")
+            {
+                Ok(records) => {
+                    for r in &records {
                         let size = |v: &Option<Bytes>| v.as_ref().map_or(-1, |v| v.len() as i64);
                         let keys: Vec<&str> = r.headers.keys().map(|k| k.as_str()).collect();
                         write!(

@@ -40,6 +40,9 @@ fn append(topic: &Topic, index: i32, records: Option<&[u8]>) -> PartitionProduce
                 && headers.iter().all(|(_, h)| {
                     h.record_count >= 1
                         && i64::from(h.last_offset_delta) + 1 == i64::from(h.record_count)
+                        // Uncompressed, the count must fit the bytes (compressed, it cannot be
+                        // known without decompressing, which the broker never does).
+                        && (h.attributes & 7 != 0 || batch::plausible_record_count(h))
                 }) =>
         {
             headers

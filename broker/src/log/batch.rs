@@ -175,6 +175,122 @@ pub(crate) fn validate_all(records: &[u8]) -> Result<Vec<(usize, BatchHeader)>, 
     Ok(out)
 }
 
+/// The smallest a v2 record can be: a one-byte length, attributes, timestamp and offset
+/// deltas, key and value lengths, and a header count.
+const MIN_RECORD_LEN: usize = 7;
+/// How much larger than its compressed bytes a batch's records are taken to be at most when
+/// they are decoded (a batch compressed better than this is not decoded).
+const MAX_COMPRESSION_RATIO: usize = 64;
+
+/// Whether `header`'s record count could be true of a batch of its size: the decoder sizes
+/// its record list from the count, so a garbled or hostile count must not reach it.
+/// Uncompressed, each record takes at least [`MIN_RECORD_LEN`] bytes; compressed, at most
+/// [`MAX_COMPRESSION_RATIO`] times as many are allowed.
+pub(crate) fn plausible_record_count(header: &BatchHeader) -> bool {
+    let records_len = header.size.saturating_sub(HEADER_LEN);
+    let room = if header.attributes & 7 == 0 {
+        records_len
+    } else {
+        records_len.saturating_mul(MAX_COMPRESSION_RATIO)
+    };
+    usize::try_from(header.record_count).is_ok_and(|count| count <= room / MIN_RECORD_LEN)
+}
+
+/// Decodes the records of one whole, valid batch (`bytes` exactly the batch), decompressing
+/// them if needed; `None` when its record count is implausible (see
+/// [`plausible_record_count`]) or the records do not decode. The decoder sizes its lists from
+/// the counts in the data, so the (decompressed) records are walked first with every count
+/// and length checked against the bytes there are ([`check_records`]).
+pub(crate) fn decode_records(bytes: &[u8]) -> Option<Vec<kafka_protocol::records::Record>> {
+    use kafka_protocol::compression::{self as codec, Decompressor};
+    use kafka_protocol::records::{Compression, RecordBatchDecoder};
+
+    let header = validate(bytes).ok()?;
+    if !plausible_record_count(&header) || header.base_offset > i64::MAX - i64::from(i32::MAX) {
+        return None;
+    }
+    let count = header.record_count as usize;
+    let checked = |buf: &mut bytes::Bytes, compression: Compression| {
+        let plain = |b: &mut bytes::Bytes| Ok(b.clone());
+        let records = match compression {
+            Compression::None => buf.clone(),
+            Compression::Gzip => codec::Gzip::decompress(buf, plain)?,
+            Compression::Snappy => codec::Snappy::decompress(buf, plain)?,
+            Compression::Lz4 => codec::Lz4::decompress(buf, plain)?,
+            Compression::Zstd => codec::Zstd::decompress(buf, plain)?,
+        };
+        check_records(&records, count).map_err(|why| anyhow::anyhow!(why))?;
+        Ok(records)
+    };
+    let mut buf = bytes::Bytes::copy_from_slice(&bytes[..header.size]);
+    RecordBatchDecoder::decode_with_custom_compression(&mut buf, Some(checked))
+        .ok()
+        .map(|set| set.records)
+}
+
+/// Walks `count` v2 records in `bytes` (uncompressed), checking that every length and count
+/// fits in what is left.
+pub(crate) fn check_records(bytes: &[u8], count: usize) -> Result<(), &'static str> {
+    let mut at = 0usize;
+    for _ in 0..count {
+        let len = varint(bytes, &mut at)?;
+        let len = usize::try_from(len).map_err(|_| "negative record length")?;
+        let end = at
+            .checked_add(len)
+            .filter(|e| *e <= bytes.len())
+            .ok_or("record past the end")?;
+        let record = &bytes[..end];
+        at += 1; // attributes
+        varint(record, &mut at)?; // timestamp delta
+        varint(record, &mut at)?; // offset delta
+        skip_bytes(record, &mut at)?; // key
+        skip_bytes(record, &mut at)?; // value
+        let headers = varint(record, &mut at)?;
+        let headers = usize::try_from(headers).map_err(|_| "negative header count")?;
+        // Each header takes at least two bytes: its key and value lengths.
+        if headers > (end.saturating_sub(at)) / 2 {
+            return Err("more headers than the record holds");
+        }
+        for _ in 0..headers {
+            skip_bytes(record, &mut at)?;
+            skip_bytes(record, &mut at)?;
+        }
+        if at > end {
+            return Err("record fields past its length");
+        }
+        at = end;
+    }
+    Ok(())
+}
+
+/// A zigzag varint (up to 64 bits) at `*at`, moving `*at` past it.
+fn varint(bytes: &[u8], at: &mut usize) -> Result<i64, &'static str> {
+    let mut value = 0u64;
+    for shift in (0..70).step_by(7) {
+        let byte = *bytes.get(*at).ok_or("varint past the end")?;
+        *at += 1;
+        value |= u64::from(byte & 0x7f) << shift.min(63);
+        if byte & 0x80 == 0 {
+            return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
+        }
+    }
+    Err("varint longer than 10 bytes")
+}
+
+/// Skips a length-prefixed byte string (-1 for null).
+fn skip_bytes(bytes: &[u8], at: &mut usize) -> Result<(), &'static str> {
+    let len = varint(bytes, at)?;
+    if len < 0 {
+        return Ok(());
+    }
+    let len = usize::try_from(len).map_err(|_| "length too large")?;
+    *at = at
+        .checked_add(len)
+        .filter(|e| *e <= bytes.len())
+        .ok_or("bytes past the end")?;
+    Ok(())
+}
+
 /// Writes the broker-assigned base offset (and leader epoch 0) into a batch header. Neither
 /// field is covered by the CRC, so the batch stays valid.
 pub(crate) fn assign_offset(batch: &mut [u8], base_offset: i64) {
@@ -213,6 +329,34 @@ pub(crate) mod tests {
         let crc = crc32c::crc32c(&b[21..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         b
+    }
+
+    /// Records are decoded only where their counts fit their bytes: a hostile header count
+    /// or record count once made the decoder reserve gigabytes and abort the process.
+    #[test]
+    fn records_decode_only_when_their_counts_fit_their_bytes() {
+        let good = make_batch(0, 3, 1000);
+        assert_eq!(decode_records(&good).map(|r| r.len()), Some(3));
+        // The first record's header count (its last byte) says 2^31.
+        let mut headers = make_batch(0, 1, 1000);
+        let last = headers.len() - 1;
+        headers.splice(last.., [0xfe, 0xff, 0xff, 0xff, 0x0f]);
+        headers[62 - 1] = 11 << 1; // the record's length grows by the four bytes
+        let len = (headers.len() - LOG_OVERHEAD) as i32;
+        headers[8..12].copy_from_slice(&len.to_be_bytes());
+        let crc = crc32c::crc32c(&headers[21..]);
+        headers[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(validate(&headers).is_ok());
+        assert_eq!(decode_records(&headers), None);
+        // A record count no batch of this size can hold.
+        let mut count = make_batch(0, 1, 1000);
+        count[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        count[23..27].copy_from_slice(&(i32::MAX - 1).to_be_bytes());
+        let crc = crc32c::crc32c(&count[21..]);
+        count[17..21].copy_from_slice(&crc.to_be_bytes());
+        let header = validate(&count).unwrap();
+        assert!(!plausible_record_count(&header));
+        assert_eq!(decode_records(&count), None);
     }
 
     /// A batch of an idempotent (and, with `transactional`, transactional) producer.
