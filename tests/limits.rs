@@ -606,3 +606,56 @@ fn a_client_over_its_produce_quota_is_throttled_and_others_are_not() {
         call_as("free", &mut free, ApiKey::Produce, 9, &request).unwrap();
     assert_eq!(response.throttle_time_ms, 0);
 }
+
+fn open_descriptors(broker: &Broker) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", broker.child.id()))
+        .unwrap()
+        .count()
+}
+
+/// Segment files nobody uses are closed, so idle partitions hold no descriptors: under
+/// `ulimit -n 1024` the broker hosts 400 partitions (1200 files) in rounds, and a partition
+/// whose files were closed takes appends again at the right offsets.
+#[test]
+fn idle_partitions_hold_no_descriptors_so_more_fit_than_the_limit_keeps_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(dir.path(), "log_files_idle_close_ms: 300\n", Some(1024));
+    let mut stream = broker.connect();
+    let idle = open_descriptors(&broker);
+    for round in 0..8 {
+        let request = CreateTopicsRequest::default()
+            .with_topics(vec![
+                CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(format!("round-{round}"))))
+                    .with_num_partitions(50)
+                    .with_replication_factor(1),
+            ])
+            .with_timeout_ms(5000);
+        let response: CreateTopicsResponse =
+            call(&mut stream, ApiKey::CreateTopics, 5, &request).unwrap();
+        let topic = &response.topics[0];
+        assert_eq!(
+            topic.error_code,
+            0,
+            "round {round}: {:?}\n{}",
+            topic.error_message,
+            broker.log()
+        );
+        wait_until(
+            Duration::from_secs(20),
+            "idle segment files to close",
+            || open_descriptors(&broker) < idle + 20,
+        );
+    }
+    // A partition whose files were closed appends after what it holds, twice over.
+    let request = produce_request("round-3", 200, 16);
+    for expected in [0, 200] {
+        let response: ProduceResponse = call(&mut stream, ApiKey::Produce, 9, &request).unwrap();
+        let partition = &response.responses[0].partition_responses[0];
+        assert_eq!(partition.error_code, 0, "{}", broker.log());
+        assert_eq!(partition.base_offset, expected);
+        wait_until(Duration::from_secs(20), "its files to close again", || {
+            open_descriptors(&broker) < idle + 20
+        });
+    }
+}

@@ -66,6 +66,11 @@ pub struct BrokerConfig {
     /// find damage on disk (no Kafka property: Kafka checks CRCs only when recovering). The
     /// first scrub starts with the broker; 0 turns scrubbing off. Default 86400000 (1 day).
     pub log_scrub_interval_ms: u64,
+    /// A segment's files (`.log`, `.index`, `.timeindex`) not read or written for this long
+    /// are closed, and opened again when next needed, so idle partitions hold no file
+    /// descriptors. No Kafka property (Kafka keeps every segment open). Default 300000 (5
+    /// minutes).
+    pub log_files_idle_close_ms: u64,
     /// Most bytes a scrub reads per second, so that it does not compete with clients for the
     /// disk (no Kafka property). Default 10485760 (10 MiB).
     pub log_scrub_bytes_per_sec: u64,
@@ -186,6 +191,7 @@ impl Default for BrokerConfig {
             log_retention_check_interval_ms: 300_000,
             log_index_interval_bytes: 4096,
             log_scrub_interval_ms: 86_400_000,
+            log_files_idle_close_ms: 300_000,
             log_scrub_bytes_per_sec: 10 << 20,
             message_max_bytes: 1_048_588,
             socket_request_max_bytes: 104_857_600,

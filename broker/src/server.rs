@@ -308,6 +308,7 @@ impl Broker {
             Arc::clone(&ctx),
             Duration::from_millis(config.log_retention_check_interval_ms.max(1)),
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(1)),
+            Duration::from_millis((config.log_files_idle_close_ms / 2).clamp(100, 30_000)),
         ));
         tracker.spawn(crate::scrub::run(
             Arc::clone(&ctx),
@@ -491,12 +492,21 @@ async fn accept(
     }
 }
 
-/// Background maintenance: log retention every `log.retention.check.interval.ms`, the
+/// Background maintenance: the files of idle segments closed (checked every half of
+/// `log_files_idle_close_ms`, between 100 ms and 30 s), log retention every
+/// `log.retention.check.interval.ms`, the
 /// time-based flush policy (`flush.ms`) checked every second (Kafka's
 /// `log.flush.scheduler.interval.ms`), committed offset expiry every
 /// `offsets.retention.check.interval.ms`. Blocking file work runs off the async threads.
-async fn maintenance(ctx: Arc<Context>, retention_every: Duration, offsets_every: Duration) {
+async fn maintenance(
+    ctx: Arc<Context>,
+    retention_every: Duration,
+    offsets_every: Duration,
+    idle_files_every: Duration,
+) {
     let mut retention = tokio::time::interval(retention_every);
+    let mut idle_files = tokio::time::interval(idle_files_every);
+    idle_files.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut flush = tokio::time::interval(Duration::from_secs(1));
     flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -507,6 +517,7 @@ async fn maintenance(ctx: Arc<Context>, retention_every: Duration, offsets_every
             _ = retention.tick() => |ctx| ctx.topics.enforce_retention(),
             _ = flush.tick() => |ctx| ctx.topics.flush_due(),
             _ = offsets.tick() => |ctx| ctx.groups.expire_offsets(),
+            _ = idle_files.tick() => |ctx| ctx.topics.close_idle_files(),
             _ = ctx.shutdown.cancelled() => return,
         };
         let ctx = Arc::clone(&ctx);

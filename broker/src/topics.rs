@@ -477,6 +477,20 @@ impl Topics {
 
     /// Fsyncs the partitions whose `flush.ms` has passed with records waiting, and the
     /// segments that rolled since the last look (moving the recovery point).
+    /// Closes the segment files nobody read or wrote for `log_files_idle_close_ms`.
+    pub(crate) fn close_idle_files(&self) {
+        let idle = std::time::Duration::from_millis(self.broker.log_files_idle_close_ms);
+        let mut closed = 0;
+        for topic in self.all() {
+            for partition in &topic.partitions {
+                closed += partition.log().close_idle_files(idle);
+            }
+        }
+        if closed > 0 {
+            tracing::debug!(segments = closed, "closed the files of idle segments");
+        }
+    }
+
     pub(crate) fn flush_due(&self) {
         for topic in self.all() {
             for partition in &topic.partitions {

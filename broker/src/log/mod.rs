@@ -294,12 +294,18 @@ impl PartitionLog {
         let finished = self.segments.len().saturating_sub(1);
         self.segments[..finished]
             .iter()
-            .map(|s| ScrubTarget {
-                base_offset: s.base_offset(),
-                next_offset: s.next_offset(),
-                path: s.log_path().to_path_buf(),
-                file: s.log_file(),
-                len: s.size(),
+            .filter_map(|s| match s.log_file() {
+                Ok(file) => Some(ScrubTarget {
+                    base_offset: s.base_offset(),
+                    next_offset: s.next_offset(),
+                    path: s.log_path().to_path_buf(),
+                    file,
+                    len: s.size(),
+                }),
+                Err(e) => {
+                    tracing::warn!(partition = %self.name, error = %e, "cannot open a segment to scrub it");
+                    None
+                }
             })
             .collect()
     }
@@ -726,18 +732,15 @@ impl PartitionLog {
             };
             // The exact record needs the records themselves, so this rare path decodes one batch
             // (decompressing it if needed); falls back to the batch when that fails.
-            let mut buf = batch_bytes;
-            let exact = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf)
-                .ok()
-                .and_then(|set| {
-                    set.records
-                        .iter()
-                        .find(|r| r.timestamp >= timestamp)
-                        .map(|r| TimestampOffset {
-                            timestamp: r.timestamp,
-                            offset: r.offset,
-                        })
-                });
+            let exact = batch::decode_records(&batch_bytes).and_then(|records| {
+                records
+                    .iter()
+                    .find(|r| r.timestamp >= timestamp)
+                    .map(|r| TimestampOffset {
+                        timestamp: r.timestamp,
+                        offset: r.offset,
+                    })
+            });
             if exact.is_none() {
                 tracing::debug!(partition = %self.name, position, "could not decode batch for timestamp lookup");
             }
@@ -782,6 +785,15 @@ impl PartitionLog {
             deleted += 1;
         }
         Ok(deleted)
+    }
+
+    /// Closes the files of the segments not read or written for `idle` (they open again when
+    /// next needed); returns how many segments it closed.
+    pub(crate) fn close_idle_files(&mut self, idle: std::time::Duration) -> usize {
+        self.segments
+            .iter_mut()
+            .filter_map(|segment| segment.close_if_idle(idle).then_some(()))
+            .count()
     }
 
     /// Fsyncs when records are waiting and the last fsync is older than `flush.ms`.

@@ -1,9 +1,11 @@
 //! One segment: a `.log` file of record batches and its sparse `.index` and `.timeindex`.
 
+use std::cell::{Cell, OnceCell};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
@@ -33,9 +35,11 @@ pub(crate) struct Recovery {
 pub(crate) struct Segment {
     base_offset: i64,
     log_path: PathBuf,
-    log: Arc<File>,
-    index: File,
-    time_index: File,
+    /// The open files, opened when first needed and closed once idle
+    /// ([`Segment::close_if_idle`]), so that partitions nobody uses hold no descriptors.
+    handles: OnceCell<Handles>,
+    /// When the files were last used.
+    last_used: Cell<Instant>,
     /// Bytes of whole batches in the `.log` file.
     size: u64,
     /// Offset after the last batch (the base offset when empty).
@@ -57,6 +61,32 @@ pub(crate) struct Segment {
     /// Ranges of the `.log` file that hold no intact batch, by position; reads stop before
     /// them and go on after them.
     damaged: Vec<Damage>,
+}
+
+/// A segment's three files, open.
+struct Handles {
+    log: Arc<File>,
+    index: File,
+    time_index: File,
+}
+
+impl Handles {
+    fn open(log_path: &Path, create: bool) -> Result<Handles, StorageError> {
+        let open = |path: &Path| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(create)
+                .truncate(false)
+                .open(path)
+                .map_err(io_err(path, "open"))
+        };
+        Ok(Handles {
+            log: Arc::new(open(log_path)?),
+            index: open(&log_path.with_extension("index"))?,
+            time_index: open(&log_path.with_extension("timeindex"))?,
+        })
+    }
 }
 
 fn io_err(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> StorageError {
@@ -82,24 +112,12 @@ impl Segment {
 
     fn open_files(dir: &Path, base_offset: i64, create: bool) -> Result<Segment, StorageError> {
         let log_path = dir.join(file_name(base_offset, "log"));
-        let open = |path: &Path| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(create)
-                .truncate(false)
-                .open(path)
-                .map_err(io_err(path, "open"))
-        };
-        let log = open(&log_path)?;
-        let index = open(&dir.join(file_name(base_offset, "index")))?;
-        let time_index = open(&dir.join(file_name(base_offset, "timeindex")))?;
+        let handles = Handles::open(&log_path, create)?;
         Ok(Segment {
             base_offset,
             log_path,
-            log: Arc::new(log),
-            index,
-            time_index,
+            handles: OnceCell::from(handles),
+            last_used: Cell::new(Instant::now()),
             size: 0,
             next_offset: base_offset,
             index_entries: Vec::new(),
@@ -130,11 +148,11 @@ impl Segment {
         let mut segment = Segment::open_files(dir, base_offset, true)?;
         segment.index_interval = u64::from(index_interval_bytes);
         let file_len = segment
-            .log
+            .log()?
             .metadata()
             .map_err(io_err(&segment.log_path, "stat"))?
             .len();
-        let log = Arc::clone(&segment.log);
+        let log = Arc::clone(segment.log()?);
         let path = segment.log_path.clone();
         let walk = Walk {
             file: &log,
@@ -174,7 +192,7 @@ impl Segment {
         let truncated_bytes = file_len - segment.size;
         if truncated_bytes > 0 {
             segment
-                .log
+                .log()?
                 .set_len(segment.size)
                 .map_err(io_err(&segment.log_path, "truncate"))?;
         }
@@ -205,7 +223,7 @@ impl Segment {
         let mut segment = Segment::open_files(dir, base_offset, true)?;
         segment.index_interval = u64::from(index_interval_bytes);
         let log_len = segment
-            .log
+            .log()?
             .metadata()
             .map_err(io_err(&segment.log_path, "stat"))?
             .len();
@@ -216,7 +234,7 @@ impl Segment {
             Some(buf)
         };
         let span = next_base - base_offset;
-        let index: Option<Vec<(u32, u32)>> = read_all(&segment.index).and_then(|bytes| {
+        let index: Option<Vec<(u32, u32)>> = read_all(segment.index()?).and_then(|bytes| {
             let entries: Vec<(u32, u32)> = bytes
                 .chunks_exact(INDEX_ENTRY)
                 .map(|e| {
@@ -235,7 +253,7 @@ impl Segment {
                     .all(|(rel, pos)| i64::from(*rel) < span && u64::from(*pos) < log_len);
             sane.then_some(entries)
         });
-        let time: Option<Vec<(i64, u32)>> = read_all(&segment.time_index).and_then(|bytes| {
+        let time: Option<Vec<(i64, u32)>> = read_all(segment.time_index()?).and_then(|bytes| {
             let entries: Vec<(i64, u32)> = bytes
                 .chunks_exact(TIME_ENTRY)
                 .map(|e| {
@@ -299,7 +317,10 @@ impl Segment {
         entry.extend_from_slice(&self.max_timestamp.to_be_bytes());
         entry.extend_from_slice(&relative.to_be_bytes());
         let at = (self.time_entries.len() * TIME_ENTRY) as u64;
-        match self.time_index.write_all_at(&entry, at) {
+        match self.time_index().and_then(|file| {
+            file.write_all_at(&entry, at)
+                .map_err(io_err(&self.log_path.with_extension("timeindex"), "write"))
+        }) {
             Ok(()) => self.time_entries.push((self.max_timestamp, relative)),
             Err(e) => {
                 tracing::warn!(segment = %self.log_path.display(), error = %e, "cannot seal the time index")
@@ -309,7 +330,10 @@ impl Segment {
 
     fn first_timestamp_or(&self, now_ms: i64) -> i64 {
         let mut header = [0u8; HEADER_LEN];
-        match self.log.read_exact_at(&mut header, 0) {
+        let Ok(log) = self.log() else {
+            return now_ms;
+        };
+        match log.read_exact_at(&mut header, 0) {
             Ok(()) => batch::parse_header(&header).map_or(now_ms, |h| h.max_timestamp.min(now_ms)),
             Err(_) => now_ms,
         }
@@ -328,16 +352,21 @@ impl Segment {
         }
         let index_path = self.log_path.with_extension("index");
         let time_path = self.log_path.with_extension("timeindex");
-        self.index
+        let handles = self.handles()?;
+        handles
+            .index
             .set_len(0)
             .map_err(io_err(&index_path, "truncate"))?;
-        self.index
+        handles
+            .index
             .write_all_at(&index, 0)
             .map_err(io_err(&index_path, "write"))?;
-        self.time_index
+        handles
+            .time_index
             .set_len(0)
             .map_err(io_err(&time_path, "truncate"))?;
-        self.time_index
+        handles
+            .time_index
             .write_all_at(&time, 0)
             .map_err(io_err(&time_path, "write"))?;
         Ok(())
@@ -389,7 +418,7 @@ impl Segment {
         if self.size == 0 {
             self.created_ms = now_ms;
         }
-        self.log
+        self.log()?
             .write_all_at(bytes, self.size)
             .map_err(io_err(&self.log_path, "append to"))?;
         let mut index_out = Vec::new();
@@ -408,13 +437,19 @@ impl Segment {
         // segment is opened, so failing to extend them only costs lookup speed until then.
         if !index_out.is_empty() {
             let at = ((self.index_entries.len() * INDEX_ENTRY) - index_out.len()) as u64;
-            if let Err(e) = self.index.write_all_at(&index_out, at) {
+            if let Err(e) = self.index().and_then(|file| {
+                file.write_all_at(&index_out, at)
+                    .map_err(io_err(&self.log_path.with_extension("index"), "write"))
+            }) {
                 tracing::warn!(segment = %self.log_path.display(), error = %e, "cannot extend the offset index");
             }
         }
         if !time_out.is_empty() {
             let at = ((self.time_entries.len() * TIME_ENTRY) - time_out.len()) as u64;
-            if let Err(e) = self.time_index.write_all_at(&time_out, at) {
+            if let Err(e) = self.time_index().and_then(|file| {
+                file.write_all_at(&time_out, at)
+                    .map_err(io_err(&self.log_path.with_extension("timeindex"), "write"))
+            }) {
                 tracing::warn!(segment = %self.log_path.display(), error = %e, "cannot extend the time index");
             }
         }
@@ -485,7 +520,7 @@ impl Segment {
         let left = self.size - position;
         let mut header_buf = [0u8; HEADER_LEN];
         let have = usize::try_from(left).unwrap_or(HEADER_LEN).min(HEADER_LEN);
-        self.log
+        self.log()?
             .read_exact_at(&mut header_buf[..have], position)
             .map_err(io_err(&self.log_path, "read"))?;
         let header = batch::parse_header(&header_buf[..have]).map_err(corrupt)?;
@@ -516,9 +551,42 @@ impl Segment {
     }
 
     /// The open `.log` file, to read it without holding the partition (a scrub).
-    pub(crate) fn log_file(&self) -> Arc<File> {
-        Arc::clone(&self.log)
+    pub(crate) fn log_file(&self) -> Result<Arc<File>, StorageError> {
+        self.log().map(Arc::clone)
     }
+
+    /// The files, opened again if they were closed.
+    fn handles(&self) -> Result<&Handles, StorageError> {
+        self.last_used.set(Instant::now());
+        if let Some(handles) = self.handles.get() {
+            return Ok(handles);
+        }
+        let handles = Handles::open(&self.log_path, true)?;
+        Ok(self.handles.get_or_init(|| handles))
+    }
+
+    fn log(&self) -> Result<&Arc<File>, StorageError> {
+        self.handles().map(|h| &h.log)
+    }
+
+    fn index(&self) -> Result<&File, StorageError> {
+        self.handles().map(|h| &h.index)
+    }
+
+    fn time_index(&self) -> Result<&File, StorageError> {
+        self.handles().map(|h| &h.time_index)
+    }
+
+    /// Closes the files when they were not used for `idle`; true when it closed them. Reads
+    /// in flight keep the `.log` open through their own handle on it.
+    pub(crate) fn close_if_idle(&mut self, idle: Duration) -> bool {
+        if self.handles.get().is_some() && self.last_used.get().elapsed() >= idle {
+            self.handles.take();
+            return true;
+        }
+        false
+    }
+
 
     /// Records damage found by a walk of this segment's file; false when it was known.
     pub(crate) fn add_damage(&mut self, damage: Damage) -> bool {
@@ -542,7 +610,7 @@ impl Segment {
     /// known yet.
     pub(crate) fn find_damage(&self, position: u64) -> Result<Vec<Damage>, StorageError> {
         let walk = Walk {
-            file: &self.log,
+            file: self.log()?,
             path: &self.log_path,
             len: self.size,
             base_offset: self.base_offset,
@@ -632,7 +700,7 @@ impl Segment {
             self.base_offset_at(end)?
         };
         Ok(Some(FileSlice {
-            file: Arc::clone(&self.log),
+            file: Arc::clone(self.log()?),
             path: self.log_path.clone(),
             position,
             len: (end - position) as usize,
@@ -643,7 +711,7 @@ impl Segment {
     /// The base offset of the batch at `position`.
     fn base_offset_at(&self, position: u64) -> Result<i64, StorageError> {
         let mut base = [0u8; 8];
-        self.log
+        self.log()?
             .read_exact_at(&mut base, position)
             .map_err(io_err(&self.log_path, "read"))?;
         Ok(i64::from_be_bytes(base))
@@ -667,7 +735,7 @@ impl Segment {
         // Up to the magic byte: a length that lands anywhere but on a batch ends the range.
         let mut length = [0u8; batch::LOG_OVERHEAD + 5];
         while limit - end >= length.len() as u64 {
-            self.log
+            self.log()?
                 .read_exact_at(&mut length, end)
                 .map_err(io_err(&self.log_path, "read"))?;
             // A bad length ends the range there, like the end of the limit does.
@@ -707,7 +775,7 @@ impl Segment {
             let header = self.header_at(position)?;
             if header.max_timestamp >= timestamp {
                 let mut buf = BytesMut::zeroed(header.size);
-                self.log
+                self.log()?
                     .read_exact_at(&mut buf, position)
                     .map_err(io_err(&self.log_path, "read"))?;
                 return Ok(Some((position, header, buf.freeze())));
@@ -724,22 +792,32 @@ impl Segment {
             Ok(file) => Ok((path, file)),
             Err(e) => Err(io_err(&path, "open")(e)),
         };
+        let handles = self.handles()?;
         Ok(vec![
-            dup(&self.log, self.log_path.clone())?,
-            dup(&self.index, self.log_path.with_extension("index"))?,
-            dup(&self.time_index, self.log_path.with_extension("timeindex"))?,
+            dup(&handles.log, self.log_path.clone())?,
+            dup(&handles.index, self.log_path.with_extension("index"))?,
+            dup(
+                &handles.time_index,
+                self.log_path.with_extension("timeindex"),
+            )?,
         ])
     }
 
     /// Fsyncs the log and its indexes.
     pub(crate) fn flush(&self) -> Result<(), StorageError> {
-        self.log
+        // Closed files are opened again: an fsync through a new descriptor writes out what
+        // was written through the old one.
+        let handles = self.handles()?;
+        handles
+            .log
             .sync_data()
             .map_err(io_err(&self.log_path, "fsync"))?;
-        self.index
+        handles
+            .index
             .sync_data()
             .map_err(io_err(&self.log_path.with_extension("index"), "fsync"))?;
-        self.time_index
+        handles
+            .time_index
             .sync_data()
             .map_err(io_err(&self.log_path.with_extension("timeindex"), "fsync"))?;
         self.txn_index.flush()
@@ -792,7 +870,7 @@ impl Segment {
             let len = usize::try_from(self.size - position)
                 .unwrap_or(usize::MAX)
                 .min(buf.len());
-            self.log
+            self.log()?
                 .read_exact_at(&mut buf[..len], position)
                 .map_err(io_err(&self.log_path, "read"))?;
             let header =
