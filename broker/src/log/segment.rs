@@ -587,7 +587,6 @@ impl Segment {
         false
     }
 
-
     /// Records damage found by a walk of this segment's file; false when it was known.
     pub(crate) fn add_damage(&mut self, damage: Damage) -> bool {
         if damage.end > self.size
