@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use kafka_protocol::records::Compression;
+
 use crate::config::BrokerConfig;
 
 /// Kafka's "no limit" for the flush settings.
@@ -17,11 +19,208 @@ pub(crate) const TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("index.interval.bytes", "log.index.interval.bytes"),
     ("max.message.bytes", "message.max.bytes"),
     ("message.timestamp.type", "log.message.timestamp.type"),
+    ("min.insync.replicas", "min.insync.replicas"),
     ("retention.bytes", "log.retention.bytes"),
     ("retention.ms", "log.retention.ms"),
     ("segment.bytes", "log.segment.bytes"),
     ("segment.ms", "log.roll.ms"),
 ];
+
+/// How an accepted topic config without an effect here is checked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Inert {
+    Bool,
+    /// An integer (INT or LONG as Kafka types it) in `min..=max`.
+    Int {
+        min: i64,
+        max: i64,
+        long: bool,
+    },
+    /// A comma-separated list of replica assignments (`*` or `partition:broker,...`).
+    Replicas,
+    /// Any string (a deprecated version name).
+    Text,
+}
+
+/// The topic configs Kafka 3.9 accepts that have no effect on this single-node broker:
+/// (name, Kafka's default, how the value is checked). They are stored and described as given,
+/// so tools that set them work; docs/configuration.md says why each has no effect.
+pub(crate) const INERT_TOPIC_CONFIGS: &[(&str, &str, Inert)] = &[
+    (
+        "compression.gzip.level",
+        "-1",
+        Inert::Int {
+            min: -1,
+            max: 9,
+            long: false,
+        },
+    ),
+    (
+        "compression.lz4.level",
+        "9",
+        Inert::Int {
+            min: 1,
+            max: 17,
+            long: false,
+        },
+    ),
+    (
+        "compression.zstd.level",
+        "3",
+        Inert::Int {
+            min: -131_072,
+            max: 22,
+            long: false,
+        },
+    ),
+    (
+        "file.delete.delay.ms",
+        "60000",
+        Inert::Int {
+            min: 0,
+            max: i64::MAX,
+            long: true,
+        },
+    ),
+    (
+        "follower.replication.throttled.replicas",
+        "",
+        Inert::Replicas,
+    ),
+    ("leader.replication.throttled.replicas", "", Inert::Replicas),
+    (
+        "local.retention.bytes",
+        "-2",
+        Inert::Int {
+            min: -2,
+            max: i64::MAX,
+            long: true,
+        },
+    ),
+    (
+        "local.retention.ms",
+        "-2",
+        Inert::Int {
+            min: -2,
+            max: i64::MAX,
+            long: true,
+        },
+    ),
+    ("message.downconversion.enable", "true", Inert::Bool),
+    ("message.format.version", "3.0-IV1", Inert::Text),
+    (
+        "message.timestamp.after.max.ms",
+        "9223372036854775807",
+        Inert::Int {
+            min: 0,
+            max: i64::MAX,
+            long: true,
+        },
+    ),
+    (
+        "message.timestamp.before.max.ms",
+        "9223372036854775807",
+        Inert::Int {
+            min: 0,
+            max: i64::MAX,
+            long: true,
+        },
+    ),
+    (
+        "message.timestamp.difference.max.ms",
+        "9223372036854775807",
+        Inert::Int {
+            min: 0,
+            max: i64::MAX,
+            long: true,
+        },
+    ),
+    ("preallocate", "false", Inert::Bool),
+    ("remote.log.copy.disable", "false", Inert::Bool),
+    ("remote.log.delete.on.disable", "false", Inert::Bool),
+    ("remote.storage.enable", "false", Inert::Bool),
+    (
+        "segment.index.bytes",
+        "10485760",
+        Inert::Int {
+            min: 4,
+            max: i32::MAX as i64,
+            long: false,
+        },
+    ),
+    (
+        "segment.jitter.ms",
+        "0",
+        Inert::Int {
+            min: 0,
+            max: i64::MAX,
+            long: true,
+        },
+    ),
+    ("unclean.leader.election.enable", "false", Inert::Bool),
+];
+
+impl Inert {
+    /// Why `value` is refused, if it is.
+    fn check(self, name: &str, value: &str) -> Result<(), &'static str> {
+        let value = value.trim();
+        match self {
+            Inert::Bool if value.eq_ignore_ascii_case("true") => {
+                if name == "remote.storage.enable" {
+                    return Err("tiered storage is not available on this broker");
+                }
+                Ok(())
+            }
+            Inert::Bool if value.eq_ignore_ascii_case("false") => Ok(()),
+            Inert::Bool => Err("not `true` or `false`"),
+            Inert::Int { min, max, .. } => match value.parse::<i64>() {
+                Err(_) => Err("not an integer"),
+                Ok(n) if n < min => Err("below the minimum"),
+                Ok(n) if n > max => Err("above the maximum"),
+                Ok(_) => Ok(()),
+            },
+            Inert::Replicas => {
+                let assignment = |item: &str| {
+                    let mut parts = item.trim().split(':');
+                    let number =
+                        |p: Option<&str>| p.is_some_and(|p| p.trim().parse::<u32>().is_ok());
+                    number(parts.next()) && number(parts.next()) && parts.next().is_none()
+                };
+                if value.is_empty() || value == "*" || value.split(',').all(assignment) {
+                    Ok(())
+                } else {
+                    Err("not `*` or a list of `partition:broker` pairs")
+                }
+            }
+            Inert::Text => Ok(()),
+        }
+    }
+}
+
+/// A topic's `compression.type`: Kafka's names, `producer` keeping what the producer sent.
+fn compression_of(value: &str) -> Option<Option<Compression>> {
+    Some(match value.trim() {
+        "producer" => None,
+        // Kafka's name for it is `uncompressed`; `none` is what producers call it.
+        "uncompressed" | "none" => Some(Compression::None),
+        "gzip" => Some(Compression::Gzip),
+        "snappy" => Some(Compression::Snappy),
+        "lz4" => Some(Compression::Lz4),
+        "zstd" => Some(Compression::Zstd),
+        _ => return None,
+    })
+}
+
+fn compression_name(compression: Option<Compression>) -> &'static str {
+    match compression {
+        None => "producer",
+        Some(Compression::None) => "uncompressed",
+        Some(Compression::Gzip) => "gzip",
+        Some(Compression::Snappy) => "snappy",
+        Some(Compression::Lz4) => "lz4",
+        Some(Compression::Zstd) => "zstd",
+    }
+}
 
 /// Effective settings of one partition log.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +235,16 @@ pub(crate) struct LogConfig {
     pub(crate) flush_ms: i64,
     /// Broker-wide: `producer.id.expiration.ms`.
     pub(crate) producer_id_expiration_ms: i64,
+    /// `compression.type`: the codec batches are stored with, re-encoded on produce when the
+    /// producer's differs; `None` (`producer`) keeps the producer's.
+    pub(crate) compression: Option<Compression>,
+    /// `message.timestamp.type` is `LogAppendTime`: the broker stamps each batch on append.
+    pub(crate) log_append_time: bool,
+    /// `min.insync.replicas`: above 1 (the one replica here), acks=all produce is refused
+    /// with NOT_ENOUGH_REPLICAS, as Kafka does when too few replicas are in sync.
+    pub(crate) min_insync_replicas: i64,
+    /// The values of [`INERT_TOPIC_CONFIGS`] set on the topic.
+    pub(crate) inert: BTreeMap<&'static str, String>,
 }
 
 /// A topic config value that cannot be accepted.
@@ -67,6 +276,10 @@ impl LogConfig {
             flush_messages: broker.log_flush_interval_messages.unwrap_or(NEVER),
             flush_ms: broker.log_flush_interval_ms.unwrap_or(NEVER),
             producer_id_expiration_ms: broker.producer_id_expiration_ms,
+            compression: None,
+            log_append_time: false,
+            min_insync_replicas: 1,
+            inert: BTreeMap::new(),
         };
         for (name, value) in overrides {
             config.apply(name, value)?;
@@ -93,10 +306,24 @@ impl LogConfig {
         match name {
             "cleanup.policy" if value == "delete" => {}
             "cleanup.policy" => return Err(invalid("only `delete` is supported")),
-            "compression.type" if value == "producer" => {}
-            "compression.type" => return Err(invalid("only `producer` is supported")),
-            "message.timestamp.type" if value == "CreateTime" => {}
-            "message.timestamp.type" => return Err(invalid("only `CreateTime` is supported")),
+            "compression.type" => {
+                self.compression = compression_of(value).ok_or_else(|| {
+                    invalid("not one of uncompressed, zstd, lz4, snappy, gzip, producer")
+                })?
+            }
+            "message.timestamp.type" => {
+                self.log_append_time = match value.trim() {
+                    "CreateTime" => false,
+                    "LogAppendTime" => true,
+                    _ => return Err(invalid("not `CreateTime` or `LogAppendTime`")),
+                }
+            }
+            "min.insync.replicas" => {
+                self.min_insync_replicas = int(1)?;
+                if self.min_insync_replicas > i64::from(i32::MAX) {
+                    return Err(invalid("above 2147483647"));
+                }
+            }
             "flush.messages" => self.flush_messages = int(1)?,
             "flush.ms" => self.flush_ms = int(0)?,
             "index.interval.bytes" => {
@@ -117,7 +344,14 @@ impl LogConfig {
                 self.segment_bytes = n.unsigned_abs()
             }
             "segment.ms" => self.segment_ms = int(1)?,
-            _ => return Err(TopicConfigError::Unknown(name.to_owned())),
+            _ => {
+                let Some((name, _, kind)) = INERT_TOPIC_CONFIGS.iter().find(|(n, ..)| *n == name)
+                else {
+                    return Err(TopicConfigError::Unknown(name.to_owned()));
+                };
+                kind.check(name, value).map_err(invalid)?;
+                self.inert.insert(name, value.trim().to_owned());
+            }
         }
         Ok(())
     }
@@ -126,8 +360,14 @@ impl LogConfig {
     pub(crate) fn value_of(&self, name: &str) -> Option<String> {
         Some(match name {
             "cleanup.policy" => "delete".to_owned(),
-            "compression.type" => "producer".to_owned(),
-            "message.timestamp.type" => "CreateTime".to_owned(),
+            "compression.type" => compression_name(self.compression).to_owned(),
+            "message.timestamp.type" => if self.log_append_time {
+                "LogAppendTime"
+            } else {
+                "CreateTime"
+            }
+            .to_owned(),
+            "min.insync.replicas" => self.min_insync_replicas.to_string(),
             "flush.messages" => self.flush_messages.to_string(),
             "flush.ms" => self.flush_ms.to_string(),
             "index.interval.bytes" => self.index_interval_bytes.to_string(),
@@ -136,7 +376,13 @@ impl LogConfig {
             "retention.ms" => self.retention_ms.to_string(),
             "segment.bytes" => self.segment_bytes.to_string(),
             "segment.ms" => self.segment_ms.to_string(),
-            _ => return None,
+            _ => {
+                let (name, default, _) = INERT_TOPIC_CONFIGS.iter().find(|(n, ..)| *n == name)?;
+                self.inert
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(|| (*default).to_owned())
+            }
         })
     }
 }

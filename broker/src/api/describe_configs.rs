@@ -15,7 +15,7 @@ use kafka_protocol::protocol::{StrBytes, VersionRange};
 use super::{Context, Handler};
 use crate::config::BrokerConfig;
 use crate::security::{AclOperation, Resource};
-use crate::topic_config::{LogConfig, TOPIC_CONFIGS};
+use crate::topic_config::{INERT_TOPIC_CONFIGS, Inert, LogConfig, TOPIC_CONFIGS};
 
 pub(super) struct DescribeConfigs;
 
@@ -48,7 +48,7 @@ const BOOLEAN: i8 = 1;
 const STRING: i8 = 2;
 const INT: i8 = 3;
 const LONG: i8 = 5;
-const LIST: i8 = 7;
+pub(super) const LIST: i8 = 7;
 
 /// One config value as described to clients.
 pub(super) struct ConfigEntry {
@@ -59,11 +59,22 @@ pub(super) struct ConfigEntry {
     pub(super) read_only: bool,
 }
 
-fn topic_config_type(name: &str) -> i8 {
+pub(super) fn topic_config_type(name: &str) -> i8 {
+    if let Some((.., kind)) = INERT_TOPIC_CONFIGS.iter().find(|(n, ..)| *n == name) {
+        return match kind {
+            Inert::Bool => BOOLEAN,
+            Inert::Int { long: false, .. } => INT,
+            Inert::Int { long: true, .. } => LONG,
+            Inert::Replicas => LIST,
+            Inert::Text => STRING,
+        };
+    }
     match name {
         "cleanup.policy" => LIST,
         "compression.type" | "message.timestamp.type" => STRING,
-        "index.interval.bytes" | "max.message.bytes" | "segment.bytes" => INT,
+        "index.interval.bytes" | "max.message.bytes" | "min.insync.replicas" | "segment.bytes" => {
+            INT
+        }
         _ => LONG,
     }
 }
@@ -81,11 +92,17 @@ pub(super) fn topic_entries(
     };
     // Kafka's own defaults, to tell a default apart from a broker setting.
     let kafka_defaults = LogConfig::resolve(&BrokerConfig::default(), &BTreeMap::new()).ok();
-    TOPIC_CONFIGS
+    let mut names: Vec<&'static str> = TOPIC_CONFIGS
         .iter()
-        .filter_map(|(name, _)| {
+        .map(|(name, _)| *name)
+        .chain(INERT_TOPIC_CONFIGS.iter().map(|(name, ..)| *name))
+        .collect();
+    names.sort_unstable();
+    names
+        .into_iter()
+        .filter_map(|name| {
             let value = effective.value_of(name)?;
-            let source = if overrides.contains_key(*name) {
+            let source = if overrides.contains_key(name) {
                 TOPIC_CONFIG
             } else if kafka_defaults
                 .as_ref()

@@ -10,14 +10,26 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 
-use super::describe_configs::{TOPIC, check_config_resource};
+use super::describe_configs::{LIST, TOPIC, check_config_resource, topic_config_type};
 use super::{Context, Handler, denial_message};
 use crate::security::AclOperation;
+use crate::topic_config::LogConfig;
 
 pub(super) struct IncrementalAlterConfigs;
 
 const SET: i8 = 0;
 const DELETE: i8 = 1;
+const APPEND: i8 = 2;
+const SUBTRACT: i8 = 3;
+
+/// A list config's items, as Kafka splits them.
+fn items(value: &str) -> Vec<&str> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .collect()
+}
 
 fn alter(
     ctx: &Context,
@@ -48,10 +60,43 @@ fn alter(
             (DELETE, _) => {
                 configs.remove(change.name.as_str());
             }
-            (op, _) => {
+            (op @ (APPEND | SUBTRACT), Some(value)) => {
+                let name = change.name.as_str();
+                if topic_config_type(name) != LIST {
+                    return Err((
+                        ResponseError::InvalidConfig,
+                        format!(
+                            "topic config `{name}`: {} applies only to list configs",
+                            if op == APPEND { "APPEND" } else { "SUBTRACT" }
+                        ),
+                    ));
+                }
+                // From the current value: the override, else the topic's effective value.
+                let current = match configs.get(name) {
+                    Some(current) => current.clone(),
+                    None => LogConfig::resolve(ctx.topics.broker_config(), &topic.configs)
+                        .ok()
+                        .and_then(|effective| effective.value_of(name))
+                        .unwrap_or_default(),
+                };
+                let mut list: Vec<&str> = items(&current);
+                for item in items(value) {
+                    if op == APPEND && !list.contains(&item) {
+                        list.push(item);
+                    } else if op == SUBTRACT {
+                        list.retain(|have| *have != item);
+                    }
+                }
+                let joined = list.join(",");
+                configs.insert(name.to_owned(), joined);
+            }
+            (op, value) => {
                 return Err((
                     ResponseError::InvalidRequest,
-                    format!("operation {op} on `{}` is not supported", change.name),
+                    match value {
+                        None => format!("operation {op} on `{}` needs a value", change.name),
+                        Some(_) => format!("operation {op} on `{}` is not known", change.name),
+                    },
                 ));
             }
         }

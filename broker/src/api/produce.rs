@@ -18,7 +18,12 @@ use crate::topics::Topic;
 
 pub(super) struct Produce;
 
-fn append(topic: &Topic, index: i32, records: Option<&[u8]>) -> PartitionProduceResponse {
+fn append(
+    topic: &Topic,
+    index: i32,
+    records: Option<&[u8]>,
+    acks: i16,
+) -> PartitionProduceResponse {
     let response = PartitionProduceResponse::default()
         .with_index(index)
         .with_log_append_time_ms(-1);
@@ -53,9 +58,44 @@ fn append(topic: &Topic, index: i32, records: Option<&[u8]>) -> PartitionProduce
             return fail(ResponseError::CorruptMessage);
         }
     };
+    let (codec, log_append_time, min_insync) = {
+        let log = partition.log();
+        let config = log.config();
+        let min_insync = config.min_insync_replicas;
+        (config.compression, config.log_append_time, min_insync)
+    };
+    // One replica is all there is: acks=all asks for more in sync than that, Kafka refuses.
+    if acks == -1 && min_insync > 1 {
+        let message = format!(
+            "the in-sync replicas of {}-{index} (1) are fewer than min.insync.replicas ({min_insync})",
+            topic.name
+        );
+        return fail(ResponseError::NotEnoughReplicas).with_error_message(Some(message.into()));
+    }
     // The only copy on the produce path: the request buffer is shared, the log needs the
-    // offsets written into the batch headers.
-    let mut bytes = BytesMut::from(records);
+    // offsets written into the batch headers. A topic's codec or LogAppendTime rewrites the
+    // batches first.
+    let append_time = log_append_time.then(crate::log::now_ms);
+    let mut bytes = if codec.is_some() || append_time.is_some() {
+        match rewrite(records, &headers, codec, append_time) {
+            Ok(Some((rewritten, new_headers))) => {
+                headers = new_headers;
+                BytesMut::from(&rewritten[..])
+            }
+            Ok(None) => BytesMut::from(records),
+            Err(why) => {
+                tracing::debug!(topic = %topic.name, partition = index, why, "refused a batch it cannot re-encode");
+                let message = format!(
+                    "a batch for {}-{index} cannot be re-encoded: {why}",
+                    topic.name
+                );
+                return fail(ResponseError::CorruptMessage)
+                    .with_error_message(Some(message.into()));
+            }
+        }
+    } else {
+        BytesMut::from(records)
+    };
     let mut log = partition.log();
     let max = usize::try_from(log.max_message_bytes()).unwrap_or(0);
     if headers.iter().any(|(_, h)| h.size > max) {
@@ -68,6 +108,7 @@ fn append(topic: &Topic, index: i32, records: Option<&[u8]>) -> PartitionProduce
             response
                 .with_base_offset(base_offset)
                 .with_log_start_offset(log.log_start_offset())
+                .with_log_append_time_ms(append_time.unwrap_or(-1))
         }
         Err(AppendError::Storage(e)) => {
             tracing::error!(topic = %topic.name, partition = index, error = %e, "append failed");
@@ -86,6 +127,34 @@ fn append(topic: &Topic, index: i32, records: Option<&[u8]>) -> PartitionProduce
             fail(error).with_error_message(Some(e.to_string().into()))
         }
     }
+}
+
+/// The batches of `records` rewritten for the topic's codec and timestamp type, with their
+/// headers; `None` when none changes.
+#[allow(clippy::type_complexity)]
+fn rewrite(
+    records: &[u8],
+    headers: &[(usize, batch::BatchHeader)],
+    codec: Option<kafka_protocol::records::Compression>,
+    append_time: Option<i64>,
+) -> Result<Option<(Vec<u8>, Vec<(usize, batch::BatchHeader)>)>, &'static str> {
+    let mut out = Vec::with_capacity(records.len());
+    let mut changed = false;
+    for (start, header) in headers {
+        let bytes = &records[*start..*start + header.size];
+        match batch::rewrite(bytes, codec, append_time)? {
+            Some(rewritten) => {
+                out.extend_from_slice(&rewritten);
+                changed = true;
+            }
+            None => out.extend_from_slice(bytes),
+        }
+    }
+    if !changed {
+        return Ok(None);
+    }
+    let headers = batch::validate_all(&out).map_err(|_| "the re-encoded batch is not valid")?;
+    Ok(Some((out, headers)))
 }
 
 impl Handler for Produce {
@@ -137,7 +206,7 @@ impl Handler for Produce {
                 .iter()
                 .map(|p| match &topic {
                     Ok(topic) => {
-                        let r = append(topic, p.index, p.records.as_deref());
+                        let r = append(topic, p.index, p.records.as_deref(), request.acks);
                         appended |= r.error_code == 0;
                         r
                     }

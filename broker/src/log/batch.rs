@@ -291,6 +291,79 @@ fn skip_bytes(bytes: &[u8], at: &mut usize) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Attributes bit of a batch stamped with the broker's append time (`LogAppendTime`).
+pub(crate) const LOG_APPEND_TIME: i16 = 0x08;
+/// Attributes bits of the codec.
+const CODEC: i16 = 0x07;
+
+/// Rewrites the whole, valid batch `bytes` for its topic's settings, keeping every other
+/// header field (base offset, offset delta, base timestamp, producer id, epoch and sequence,
+/// record count): with `codec`, its records re-encoded when the producer used another codec;
+/// with `append_time`, stamped with the broker's time (attributes bit 3 and maxTimestamp, as
+/// Kafka does for `LogAppendTime`). `Ok(None)` when nothing changes; an error names what in
+/// the records does not decode.
+pub(crate) fn rewrite(
+    bytes: &[u8],
+    codec: Option<kafka_protocol::records::Compression>,
+    append_time: Option<i64>,
+) -> Result<Option<Vec<u8>>, &'static str> {
+    use bytes::{BufMut, Bytes, BytesMut};
+    use kafka_protocol::compression::{self as compressor, Compressor, Decompressor};
+    use kafka_protocol::records::Compression;
+
+    let header = validate(bytes).map_err(|_| "the batch is not valid")?;
+    let attributes = header.attributes;
+    let target = codec.map(|c| c as i16);
+    let recode = target.is_some_and(|t| t != attributes & CODEC);
+    if !recode && append_time.is_none() {
+        return Ok(None);
+    }
+    let mut out = bytes[..HEADER_LEN].to_vec();
+    let mut attributes = attributes;
+    if let Some(target) = target.filter(|_| recode) {
+        let mut stored = Bytes::copy_from_slice(&bytes[HEADER_LEN..header.size]);
+        let plain = |b: &mut Bytes| Ok(b.clone());
+        let records = match attributes & CODEC {
+            0 => Ok(stored),
+            1 => compressor::Gzip::decompress(&mut stored, plain),
+            2 => compressor::Snappy::decompress(&mut stored, plain),
+            3 => compressor::Lz4::decompress(&mut stored, plain),
+            4 => compressor::Zstd::decompress(&mut stored, plain),
+            _ => return Err("the batch's codec is unknown"),
+        }
+        .map_err(|_| "the records do not decompress")?;
+        let count = usize::try_from(header.record_count).map_err(|_| "negative record count")?;
+        check_records(&records, count)?;
+        let mut encoded = BytesMut::new();
+        let copy = |into: &mut BytesMut| {
+            into.put_slice(&records);
+            Ok(())
+        };
+        match codec {
+            Some(Compression::Gzip) => compressor::Gzip::compress(&mut encoded, copy),
+            Some(Compression::Snappy) => compressor::Snappy::compress(&mut encoded, copy),
+            Some(Compression::Lz4) => compressor::Lz4::compress(&mut encoded, copy),
+            Some(Compression::Zstd) => compressor::Zstd::compress(&mut encoded, copy),
+            Some(Compression::None) | None => copy(&mut encoded),
+        }
+        .map_err(|_| "the records do not compress")?;
+        out.extend_from_slice(&encoded);
+        attributes = (attributes & !CODEC) | target;
+    } else {
+        out.extend_from_slice(&bytes[HEADER_LEN..header.size]);
+    }
+    if let Some(now) = append_time {
+        attributes |= LOG_APPEND_TIME;
+        out[35..43].copy_from_slice(&now.to_be_bytes());
+    }
+    let length = i32::try_from(out.len() - LOG_OVERHEAD).map_err(|_| "the batch is too large")?;
+    out[8..12].copy_from_slice(&length.to_be_bytes());
+    out[21..23].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&out[21..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(Some(out))
+}
+
 /// Writes the broker-assigned base offset (and leader epoch 0) into a batch header. Neither
 /// field is covered by the CRC, so the batch stays valid.
 pub(crate) fn assign_offset(batch: &mut [u8], base_offset: i64) {
@@ -357,6 +430,73 @@ pub(crate) mod tests {
         let header = validate(&count).unwrap();
         assert!(!plausible_record_count(&header));
         assert_eq!(decode_records(&count), None);
+    }
+
+    /// A topic's codec re-encodes a batch's records and keeps every other header field; the
+    /// broker's append time stamps it; a batch already in the codec is left alone.
+    #[test]
+    fn rewriting_changes_the_codec_and_keeps_the_header() {
+        use kafka_protocol::records::Compression;
+        let plain = make_producer_batch(7, 2, 40, 5, true);
+        let original = validate(&plain).unwrap();
+        let records = decode_records(&plain).unwrap();
+        let mut bytes = plain.clone();
+        for codec in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+            Compression::None,
+        ] {
+            let rewritten = match rewrite(&bytes, Some(codec), None).unwrap() {
+                Some(rewritten) => rewritten,
+                None => {
+                    // Only the codec the batch already has is left alone.
+                    assert_eq!(codec, Compression::None);
+                    continue;
+                }
+            };
+            let header = validate(&rewritten).unwrap();
+            assert_eq!(header.attributes & CODEC, codec as i16);
+            assert_eq!(header.attributes & !CODEC, original.attributes & !CODEC);
+            assert_eq!(
+                (
+                    header.base_offset,
+                    header.last_offset_delta,
+                    header.record_count
+                ),
+                (
+                    original.base_offset,
+                    original.last_offset_delta,
+                    original.record_count
+                )
+            );
+            assert_eq!(
+                (
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence
+                ),
+                (7, 2, 40)
+            );
+            assert_eq!(rewritten[27..43], plain[27..43], "timestamps kept");
+            assert_eq!(decode_records(&rewritten).unwrap(), records);
+            assert_eq!(rewrite(&rewritten, Some(codec), None).unwrap(), None);
+            bytes = rewritten;
+        }
+        let stamped = rewrite(&plain, None, Some(1_234_567)).unwrap().unwrap();
+        let header = validate(&stamped).unwrap();
+        assert_eq!(header.max_timestamp, 1_234_567);
+        assert_ne!(header.attributes & LOG_APPEND_TIME, 0);
+        // Records that do not decompress are refused, not stored.
+        let mut garbled = rewrite(&plain, Some(Compression::Lz4), None)
+            .unwrap()
+            .unwrap();
+        let len = garbled.len();
+        garbled[HEADER_LEN..len].fill(0x55);
+        let crc = crc32c::crc32c(&garbled[21..]);
+        garbled[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(rewrite(&garbled, Some(Compression::Gzip), None).is_err());
     }
 
     /// A batch of an idempotent (and, with `transactional`, transactional) producer.

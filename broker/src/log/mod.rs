@@ -500,6 +500,11 @@ impl PartitionLog {
         self.config = config;
     }
 
+    /// The topic settings in force.
+    pub(crate) fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
     /// Largest batch this log accepts.
     pub(crate) fn max_message_bytes(&self) -> i32 {
         self.config.max_message_bytes
