@@ -417,6 +417,169 @@ fn transactions_tool_lists_and_describes_an_open_then_committed_transaction() {
     );
 }
 
+/// Kafka's subcommands: `describe-producers` shows the open transaction's start offset,
+/// `find-hanging` leaves alone a transaction its coordinator counts, and `abort
+/// --start-offset` writes the ABORT marker (WriteTxnMarkers), which closes it on the partition
+/// and lets read_committed consumers past it.
+#[test]
+fn transactions_tool_describes_producers_finds_hanging_and_aborts() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let bootstrap = format!("127.0.0.1:{port}");
+    let _broker = start_broker(dir.path(), port);
+    let topic = "producers";
+    create_topic(&bootstrap, topic);
+    let b = bootstrap.as_str();
+    // Two committed plain records first: the transaction starts at offset 2.
+    let plain: BaseProducer = client(b).create().unwrap();
+    for _ in 0..2 {
+        plain
+            .send(
+                BaseRecord::<(), str>::to(topic)
+                    .payload("plain")
+                    .partition(0),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    plain.flush(Duration::from_secs(10)).unwrap();
+    let producer = transactional_producer(b, "stuck-writer").unwrap();
+    producer.begin_transaction().unwrap();
+    producer
+        .send(
+            BaseRecord::<(), str>::to(topic)
+                .payload("open")
+                .partition(0),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+
+    let tool = |args: &[&str]| {
+        let mut all = vec!["transactions", "--bootstrap-server", b];
+        all.extend_from_slice(args);
+        table(&agent(&all))
+    };
+    let describe = || tool(&["describe-producers", "--topic", topic, "--partition", "0"]);
+    let described = describe();
+    assert_eq!(
+        described[0],
+        [
+            "ProducerId",
+            "ProducerEpoch",
+            "LatestCoordinatorEpoch",
+            "LastSequence",
+            "LastTimestamp",
+            "CurrentTransactionStartOffset"
+        ]
+    );
+    let listed = tool(&["list"]);
+    let producer_id = &listed[1][2];
+    let row = described
+        .iter()
+        .find(|r| &r[0] == producer_id)
+        .unwrap_or_else(|| panic!("{described:?}"));
+    assert_eq!(row[3], "0", "one record, sequence 0: {row:?}");
+    assert!(row[4].parse::<i64>().unwrap() > 0, "{row:?}");
+    assert_eq!(row[5], "2", "{row:?}");
+
+    // Open for longer than 0 minutes, but counted by its coordinator: not hanging.
+    let hanging = tool(&[
+        "find-hanging",
+        "--topic",
+        topic,
+        "--max-transaction-timeout",
+        "0",
+    ]);
+    assert_eq!(hanging.len(), 1, "{hanging:?}");
+    assert_eq!(
+        hanging[0],
+        [
+            "Topic",
+            "Partition",
+            "ProducerId",
+            "ProducerEpoch",
+            "CoordinatorEpoch",
+            "StartOffset",
+            "LastTimestamp",
+            "Duration(min)"
+        ]
+    );
+    let refused = agent(&["transactions", "--bootstrap-server", b, "find-hanging"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--topic or --broker-id"));
+
+    let wrong = agent(&[
+        "transactions",
+        "--bootstrap-server",
+        b,
+        "abort",
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+        "--start-offset",
+        "1",
+    ]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr)
+            .contains("Could not find any open transactions starting at offset 1"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+    tool(&[
+        "abort",
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+        "--start-offset",
+        "2",
+    ]);
+    let row = describe()
+        .into_iter()
+        .find(|r| &r[0] == producer_id)
+        .unwrap();
+    assert_eq!(row[5], "None", "closed on the partition: {row:?}");
+
+    // A read_committed consumer now reads past the aborted record: the plain two, then the
+    // end at 4 (the record and its marker).
+    let consumer: BaseConsumer = client(b)
+        .set("group.id", "after-abort")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&assignment).unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.len() < 2 && Instant::now() < deadline {
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let message = message.unwrap();
+            seen.push(String::from_utf8_lossy(message.payload().unwrap()).into_owned());
+        }
+    }
+    assert_eq!(seen, ["plain", "plain"]);
+    // Past the aborted record and its marker: without the abort it would stop at 2, the
+    // last stable offset.
+    let position = || {
+        let positions = consumer.position().unwrap();
+        positions.find_partition(topic, 0).unwrap().offset()
+    };
+    wait_until(
+        Duration::from_secs(20),
+        "the consumer to pass the marker",
+        || {
+            assert!(consumer.poll(Duration::from_millis(100)).is_none());
+            position() == Offset::Offset(4)
+        },
+    );
+}
+
 #[test]
 fn transactions_tool_names_an_unreachable_broker() {
     let port = free_port();

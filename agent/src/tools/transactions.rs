@@ -24,18 +24,20 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+mod producers;
+
 use super::wire::{Connection, Security};
 use super::{ClusterArgs, runtime};
 
-/// Flags of `agent transactions`, named as `kafka-transactions.sh` names its commands and
-/// options (`list` is `--list`, `describe` is `--describe`).
+/// Flags of `agent transactions`: Kafka's `kafka-transactions.sh` commands, as subcommands
+/// (`list`, `describe`, `describe-producers`, `find-hanging`, `abort`) or, for `list` and
+/// `describe`, as the flags `--list` and `--describe`.
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("action").required(true).args(["list", "describe"])))]
 pub struct TransactionsArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
     /// List the transactions of every broker: id, coordinator, producer id and state.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "describe")]
     list: bool,
     /// Describe the current transaction of one transactional id.
     #[arg(long, requires = "transactional_id")]
@@ -43,6 +45,68 @@ pub struct TransactionsArgs {
     /// With --describe: the transactional id.
     #[arg(long = "transactional-id", value_name = "ID")]
     transactional_id: Option<String>,
+    #[command(subcommand)]
+    command: Option<TransactionsCommand>,
+}
+
+/// The commands of `kafka-transactions.sh`.
+#[derive(clap::Subcommand, Debug)]
+pub enum TransactionsCommand {
+    /// List transactions.
+    List,
+    /// Describe the state of an active transactional-id.
+    Describe {
+        /// The transactional id.
+        #[arg(long = "transactional-id", value_name = "ID")]
+        transactional_id: String,
+    },
+    /// Describe the states of active producers for a topic partition.
+    DescribeProducers {
+        /// The broker to ask (the partition's leader when not given).
+        #[arg(long = "broker-id", value_name = "ID")]
+        broker_id: Option<i32>,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        partition: i32,
+    },
+    /// Find hanging transactions: open on a partition longer than the largest transaction
+    /// timeout, with no transaction the coordinator knows.
+    FindHanging {
+        /// Search the partitions this broker hosts.
+        #[arg(long = "broker-id", value_name = "ID")]
+        broker_id: Option<i32>,
+        /// Maximum transaction timeout in minutes: open longer than this is a candidate.
+        #[arg(
+            long = "max-transaction-timeout",
+            default_value_t = 15,
+            value_name = "MINUTES"
+        )]
+        max_transaction_timeout: u32,
+        /// Limit the search to this topic.
+        #[arg(long)]
+        topic: Option<String>,
+        /// With --topic: limit the search to this partition.
+        #[arg(long, requires = "topic")]
+        partition: Option<i32>,
+    },
+    /// Abort a hanging transaction (needs ClusterAction on the cluster): by its start offset,
+    /// or by producer id, epoch and coordinator epoch.
+    Abort {
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        partition: i32,
+        /// Start offset of the transaction to abort.
+        #[arg(long = "start-offset", conflicts_with = "producer_id")]
+        start_offset: Option<i64>,
+        #[arg(long = "producer-id", requires_all = ["producer_epoch", "coordinator_epoch"])]
+        producer_id: Option<i64>,
+        #[arg(long = "producer-epoch")]
+        producer_epoch: Option<i16>,
+        #[arg(long = "coordinator-epoch")]
+        coordinator_epoch: Option<i32>,
+    },
 }
 
 /// Runs `agent transactions`.
@@ -55,17 +119,93 @@ pub fn run(args: TransactionsArgs) -> anyhow::Result<()> {
     };
     let security = args.cluster.wire_security()?;
     let bootstrap = &args.cluster.bootstrap_server;
-    runtime()?.block_on(async {
-        if args.list {
-            let rows = list(bootstrap, &security).await?;
-            print_table(&mut out, &LIST_HEADER, &rows)
-        } else {
-            let id = args
+    let command = match (args.command, args.list, args.describe) {
+        (Some(command), false, false) => command,
+        (None, true, false) => TransactionsCommand::List,
+        (None, false, true) => TransactionsCommand::Describe {
+            transactional_id: args
                 .transactional_id
-                .as_deref()
-                .context("--describe needs --transactional-id")?;
-            let row = describe(bootstrap, &security, id, now_ms).await?;
-            print_table(&mut out, &DESCRIBE_HEADER, &[row])
+                .context("--describe needs --transactional-id")?,
+        },
+        (None, false, false) => {
+            bail!("a command is needed: list, describe, describe-producers, find-hanging or abort")
+        }
+        (Some(_), ..) => bail!("--list and --describe cannot be given with a command"),
+        (None, true, true) => bail!("--list and --describe cannot be given together"),
+    };
+    runtime()?.block_on(async {
+        match command {
+            TransactionsCommand::List => {
+                let rows = list(bootstrap, &security).await?;
+                print_table(&mut out, &LIST_HEADER, &rows)
+            }
+            TransactionsCommand::Describe { transactional_id } => {
+                let row = describe(bootstrap, &security, &transactional_id, now_ms).await?;
+                print_table(&mut out, &DESCRIBE_HEADER, &[row])
+            }
+            TransactionsCommand::DescribeProducers {
+                broker_id,
+                topic,
+                partition,
+            } => {
+                let mut cluster = producers::Cluster::connect(bootstrap, &security).await?;
+                let producers = cluster
+                    .describe_producers(&topic, partition, broker_id)
+                    .await?;
+                let rows: Vec<[String; 6]> =
+                    producers.iter().map(producers::describe_row).collect();
+                print_table(&mut out, &producers::DESCRIBE_PRODUCERS_HEADER, &rows)
+            }
+            TransactionsCommand::FindHanging {
+                broker_id,
+                max_transaction_timeout,
+                topic,
+                partition,
+            } => {
+                if topic.is_none() && broker_id.is_none() {
+                    bail!(
+                        "The `find-hanging` command requires either --topic or --broker-id to \
+                         limit the scope of the search"
+                    );
+                }
+                let mut cluster = producers::Cluster::connect(bootstrap, &security).await?;
+                let max_ms = i64::from(max_transaction_timeout) * 60_000;
+                let hanging = cluster
+                    .find_hanging(broker_id, topic.as_deref(), partition, max_ms, now_ms())
+                    .await?;
+                let rows: Vec<[String; 8]> = hanging
+                    .iter()
+                    .map(|h| producers::hanging_row(h, now_ms()))
+                    .collect();
+                print_table(&mut out, &producers::HANGING_HEADER, &rows)
+            }
+            TransactionsCommand::Abort {
+                topic,
+                partition,
+                start_offset,
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+            } => {
+                let mut cluster = producers::Cluster::connect(bootstrap, &security).await?;
+                let spec = match (start_offset, producer_id, producer_epoch, coordinator_epoch) {
+                    (Some(offset), ..) => cluster.abort_spec(&topic, partition, offset).await?,
+                    (None, Some(id), Some(epoch), Some(coordinator_epoch)) => {
+                        producers::AbortSpec {
+                            producer_id: id,
+                            producer_epoch: epoch,
+                            // -1 (never seen a marker) is sent as 0, as Kafka's tool does.
+                            coordinator_epoch: coordinator_epoch.max(0),
+                        }
+                    }
+                    _ => bail!(
+                        "The transaction to abort must be identified either with --start-offset \
+                         (for brokers on 3.0 or above) or with --producer-id, --producer-epoch, \
+                         and --coordinator-epoch (for older brokers)"
+                    ),
+                };
+                cluster.abort(&topic, partition, &spec).await
+            }
         }
     })
 }
@@ -146,6 +286,16 @@ async fn describe(
     id: &str,
     now_ms: impl Fn() -> i64,
 ) -> anyhow::Result<[String; 9]> {
+    let (node_id, state) = describe_state(bootstrap, security, id).await?;
+    Ok(describe_row(node_id, &state, now_ms()))
+}
+
+/// The coordinator of `id` and its state of the transaction.
+async fn describe_state(
+    bootstrap: &str,
+    security: &Security,
+    id: &str,
+) -> anyhow::Result<(i32, TransactionState)> {
     let mut first = Connection::bootstrap(bootstrap, security).await?;
     let what = || format!("failed to describe transactional-id `{id}`");
     let deadline = Instant::now() + COORDINATOR_WAIT;
@@ -214,7 +364,7 @@ async fn describe(
             error_text(e, None)
         );
     }
-    Ok(describe_row(node_id, &state, now_ms()))
+    Ok((node_id, state))
 }
 
 /// The columns of a described transaction; the start time and duration are `None` when no
@@ -317,8 +467,43 @@ mod tests {
         let describe = parse(&[b[0], b[1], "--describe", "--transactional-id", "t1"]).unwrap();
         assert!(describe.describe);
         assert_eq!(describe.transactional_id.as_deref(), Some("t1"));
-        assert!(parse(&[b[0], b[1]]).is_err(), "no action");
         assert!(parse(&[b[0], b[1], "--list", "--describe"]).is_err());
+        // Kafka's subcommand form.
+        let list = parse(&[b[0], b[1], "list"]).unwrap();
+        assert!(matches!(list.command, Some(TransactionsCommand::List)));
+        let producers = parse(&[
+            b[0],
+            b[1],
+            "describe-producers",
+            "--topic",
+            "t",
+            "--partition",
+            "0",
+        ]);
+        assert!(matches!(
+            producers.unwrap().command,
+            Some(TransactionsCommand::DescribeProducers { partition: 0, .. })
+        ));
+        assert!(parse(&[b[0], b[1], "describe"]).is_err(), "no id");
+        assert!(
+            parse(&[b[0], b[1], "find-hanging", "--partition", "1"]).is_err(),
+            "no topic"
+        );
+        assert!(
+            parse(&[
+                b[0],
+                b[1],
+                "abort",
+                "--topic",
+                "t",
+                "--partition",
+                "0",
+                "--producer-id",
+                "1"
+            ])
+            .is_err(),
+            "an id needs its epochs"
+        );
         assert!(parse(&[b[0], b[1], "--describe"]).is_err(), "no id");
         assert!(parse(&["--list"]).is_err(), "no bootstrap server");
     }

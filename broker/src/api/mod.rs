@@ -20,6 +20,8 @@ mod describe_acls;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_log_dirs;
+mod describe_producers;
 mod describe_transactions;
 mod describe_user_scram_credentials;
 mod end_txn;
@@ -45,6 +47,7 @@ mod sasl_handshake;
 mod shape;
 mod sync_group;
 mod txn_offset_commit;
+mod write_txn_markers;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -488,6 +491,9 @@ pub(crate) const ROUTES: &[Route] = &[
     route::<txn_offset_commit::TxnOffsetCommit>(),
     route::<describe_transactions::DescribeTransactions>(),
     route::<list_transactions::ListTransactions>(),
+    route::<describe_producers::DescribeProducers>(),
+    route::<describe_log_dirs::DescribeLogDirs>(),
+    route::<write_txn_markers::WriteTxnMarkers>(),
     route::<create_acls::CreateAcls>(),
     route::<describe_acls::DescribeAcls>(),
     route::<delete_acls::DeleteAcls>(),

@@ -285,6 +285,34 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
                 .with_transactional_id_pattern(if version >= 2 { Some(s()) } else { None }),
             version,
         ),
+        ApiKey::DescribeProducers => encode(
+            DescribeProducersRequest::default().with_topics(vec![
+                describe_producers_request::TopicRequest::default()
+                    .with_name(TopicName(s()))
+                    .with_partition_indexes(vec![0, 1]),
+            ]),
+            version,
+        ),
+        ApiKey::WriteTxnMarkers => encode(
+            WriteTxnMarkersRequest::default().with_markers(vec![
+                write_txn_markers_request::WritableTxnMarker::default()
+                    .with_producer_id(ProducerId(1))
+                    .with_topics(vec![
+                        write_txn_markers_request::WritableTxnMarkerTopic::default()
+                            .with_name(TopicName(s()))
+                            .with_partition_indexes(vec![0]),
+                    ]),
+            ]),
+            version,
+        ),
+        ApiKey::DescribeLogDirs => encode(
+            DescribeLogDirsRequest::default().with_topics(Some(vec![
+                describe_log_dirs_request::DescribableLogDirTopic::default()
+                    .with_topic(TopicName(s()))
+                    .with_partitions(vec![0]),
+            ])),
+            version,
+        ),
         ApiKey::CreateAcls => encode(
             CreateAclsRequest::default().with_creations(vec![
                 create_acls_request::AclCreation::default()

@@ -371,6 +371,27 @@ pub(crate) const LIST_TRANSACTIONS: Shape = Shape {
     ],
 };
 
+pub(crate) const DESCRIBE_PRODUCERS: Shape = Shape {
+    flexible_from: 0,
+    fields: &[f(Structs(&[f(Str), f(Ints)]))], // topics: name, partition_indexes
+};
+
+pub(crate) const WRITE_TXN_MARKERS: Shape = Shape {
+    flexible_from: 1,
+    fields: &[f(Structs(&[
+        f(I64),                         // producer_id
+        f(I16),                         // producer_epoch
+        f(I8),                          // transaction_result
+        f(Structs(&[f(Str), f(Ints)])), // topics: name, partition_indexes
+        f(I32),                         // coordinator_epoch
+    ]))],
+};
+
+pub(crate) const DESCRIBE_LOG_DIRS: Shape = Shape {
+    flexible_from: 2,
+    fields: &[f(Structs(&[f(Str), f(Ints)]))], // topics (nullable): topic, partitions
+};
+
 /// An ACL filter (DescribeAcls, a DeleteAcls filter) and an ACL creation have the same fields:
 /// resource type, name, pattern type, principal, host, operation, permission type.
 const ACL_FIELDS: &[Field] = &[f(I8), f(Str), f(I8), f(Str), f(Str), f(I8), f(I8)];

@@ -70,7 +70,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use crate::topic_config::LogConfig;
 use batch::{BatchError, BatchHeader};
 use control::Marker;
-pub(crate) use producers::ProducerError;
+pub(crate) use producers::{ActiveProducer, ProducerError};
 use producers::{Check, ProducerStates};
 pub(crate) use segment::FileSlice;
 use segment::Segment;
@@ -483,6 +483,11 @@ impl PartitionLog {
     /// Offset the next appended record will get (also the high watermark: one replica).
     pub(crate) fn log_end_offset(&self) -> i64 {
         self.segments.last().map_or(0, Segment::next_offset)
+    }
+
+    /// The producers this partition knows.
+    pub(crate) fn active_producers(&self) -> Vec<ActiveProducer> {
+        self.producers.active()
     }
 
     /// Bytes stored across all segments.

@@ -120,6 +120,20 @@ impl Producer {
     }
 }
 
+/// One producer of a partition, as DescribeProducers (`kafka-transactions.sh
+/// describe-producers`) shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ActiveProducer {
+    pub(crate) producer_id: i64,
+    pub(crate) epoch: i16,
+    /// -1 before its first batch of this epoch.
+    pub(crate) last_sequence: i32,
+    pub(crate) last_timestamp: i64,
+    pub(crate) coordinator_epoch: i32,
+    /// First offset of its open transaction; -1 when none is open.
+    pub(crate) txn_start_offset: i64,
+}
+
 /// An aborted transaction, as a `.txnindex` entry holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct AbortedTxn {
@@ -307,6 +321,24 @@ impl ProducerStates {
     /// Number of producers known.
     pub(crate) fn len(&self) -> usize {
         self.producers.len()
+    }
+
+    /// Every producer known, by id, as DescribeProducers shows them.
+    pub(crate) fn active(&self) -> Vec<ActiveProducer> {
+        let mut active: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, p)| ActiveProducer {
+                producer_id,
+                epoch: p.epoch,
+                last_sequence: p.last_seq().unwrap_or(-1),
+                last_timestamp: p.last_timestamp,
+                coordinator_epoch: p.coordinator_epoch,
+                txn_start_offset: p.txn_first_offset.unwrap_or(-1),
+            })
+            .collect();
+        active.sort_unstable_by_key(|p| p.producer_id);
+        active
     }
 
     /// The state of one producer.

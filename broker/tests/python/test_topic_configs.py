@@ -218,3 +218,29 @@ def test_a_refused_topic_config_names_its_key(name, value):
         futures[topic].result(timeout=10)
     assert name in str(refused.value), refused.value
     assert topic not in admin().list_topics(timeout=10).topics
+
+
+def test_kafka_python_describes_log_dirs_with_partition_sizes():
+    from kafka import KafkaAdminClient
+
+    topic = unique("log-dirs")
+    create(topic, {})
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "acks": "all"})
+    for i in range(100):
+        producer.produce(topic, value=value(i), partition=0)
+    assert producer.flush(10) == 0
+    client = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    try:
+        brokers = client.describe_log_dirs(topic_partitions={topic: [0]})
+    finally:
+        client.close()
+    assert len(brokers) == 1
+    (log_dir,) = brokers[0]["log_dirs"]
+    assert log_dir["error_code"] == 0
+    assert log_dir["log_dir"].startswith("/")
+    (described,) = log_dir["topics"]
+    assert described["name"] == topic
+    (partition,) = described["partitions"]
+    assert partition["partition_index"] == 0
+    # 100 values of 260 bytes, with their record and batch headers.
+    assert 26_000 < partition["partition_size"] < 40_000, partition
