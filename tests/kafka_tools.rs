@@ -750,3 +750,107 @@ fn topic_compression_type_stores_every_codec_and_kcat_reads_it() {
         }
     }
 }
+
+/// `agent configs` as kafka-configs.sh: alters a topic's overrides incrementally (a list
+/// value in brackets), describes the overrides with their synonyms, or every config with
+/// --all, and names the key of a refused value.
+#[test]
+fn configs_tool_alters_and_describes_topic_configs_as_kafka_configs_sh() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_broker, bootstrap) = start_broker(dir.path());
+    let b = bootstrap.as_str();
+    agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--create",
+            "--topic",
+            "tuned",
+        ]
+        .into_iter()
+        .chain(["--partitions", "1", "--config", "retention.ms=5000"])
+        .collect::<Vec<_>>(),
+        None,
+    );
+    let configs = |args: &[&str]| {
+        let mut all = vec!["configs", "--bootstrap-server", b];
+        all.extend_from_slice(args);
+        stdout(&agent(&all, None))
+    };
+    let altered = configs(&[
+        "--entity-type",
+        "topics",
+        "--entity-name",
+        "tuned",
+        "--alter",
+        "--add-config",
+        "segment.ms=60000,leader.replication.throttled.replicas=[0:0,1:0]",
+    ]);
+    assert_eq!(altered, "Completed updating config for topic tuned.\n");
+    assert_eq!(
+        configs(&[
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            "tuned",
+            "--describe"
+        ]),
+        "Dynamic configs for topic tuned are:\n\
+         \x20 leader.replication.throttled.replicas=0:0,1:0 sensitive=false \
+         synonyms={DYNAMIC_TOPIC_CONFIG:leader.replication.throttled.replicas=0:0,1:0}\n\
+         \x20 retention.ms=5000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=5000}\n\
+         \x20 segment.ms=60000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.ms=60000}\n"
+    );
+    configs(&[
+        "--topic",
+        "tuned",
+        "--alter",
+        "--delete-config",
+        "segment.ms,retention.ms",
+    ]);
+    let all = configs(&["--topic", "tuned", "--describe", "--all"]);
+    assert!(
+        all.starts_with("All configs for topic tuned are:\n"),
+        "{all}"
+    );
+    assert!(
+        all.contains("\n  compression.type=producer sensitive=false synonyms={}\n"),
+        "{all}"
+    );
+    assert!(
+        all.contains("\n  retention.ms=604800000 "),
+        "back to the default: {all}"
+    );
+    assert!(!all.contains("segment.ms=60000"), "{all}");
+    let brokers = configs(&[
+        "--entity-type",
+        "brokers",
+        "--entity-name",
+        "0",
+        "--describe",
+        "--all",
+    ]);
+    assert!(
+        brokers.starts_with("All configs for broker 0 are:\n"),
+        "{brokers}"
+    );
+    let refused = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args([
+            "configs",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "tuned",
+            "--alter",
+        ])
+        .args(["--add-config", "compression.type=brotli"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("`compression.type`") && stderr.contains("brotli"),
+        "{stderr}"
+    );
+}

@@ -110,6 +110,8 @@ enum Command {
     Groups(tools::groups::GroupsArgs),
     /// Lists transactions and describes one (as kafka-transactions.sh `list` and `describe`).
     Transactions(tools::transactions::TransactionsArgs),
+    /// Describes and alters topic configs and describes broker settings (as kafka-configs.sh).
+    Configs(tools::configs::ConfigsArgs),
     /// Adds, removes and lists ACLs (as kafka-acls.sh).
     Acls(tools::acls::AclsArgs),
     /// Adds, deletes and lists SCRAM users (as kafka-configs.sh --entity-type users).
@@ -240,6 +242,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Groups(args) => tool(tools::groups::run(args)),
         Command::Transactions(args) => tool(tools::transactions::run(args)),
         Command::Acls(args) => tool(tools::acls::run(args)),
+        Command::Configs(args) => tool(tools::configs::run(args)),
         Command::Users(args) => tool(tools::users::run(args)),
         Command::Top(args) => tool(tools::top::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),

@@ -14,6 +14,7 @@ use ferry_kafka::client::properties::ClientProperties;
 use rdkafka::config::ClientConfig;
 
 pub mod acls;
+pub mod configs;
 pub mod console;
 // `agent dead-letters`: works on a data_dir, not on a cluster.
 pub mod dead_letters;

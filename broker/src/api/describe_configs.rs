@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::{
     ApiKey, DescribeConfigsRequest, DescribeConfigsResponse, RequestHeader,
@@ -256,8 +256,21 @@ impl Handler for DescribeConfigs {
                         })
                     })
                     .map(|e| {
+                        // The value's source first, as Kafka lists synonyms: a topic
+                        // override is its own synonym.
+                        let synonyms = if request.include_synonyms && e.source == TOPIC_CONFIG {
+                            vec![
+                                DescribeConfigsSynonym::default()
+                                    .with_name(StrBytes::from_static_str(e.name))
+                                    .with_value(Some(StrBytes::from_string(e.value.clone())))
+                                    .with_source(TOPIC_CONFIG),
+                            ]
+                        } else {
+                            Vec::new()
+                        };
                         DescribeConfigsResourceResult::default()
                             .with_name(StrBytes::from_static_str(e.name))
+                            .with_synonyms(synonyms)
                             .with_value(Some(StrBytes::from_string(e.value)))
                             .with_read_only(e.read_only)
                             .with_config_source(e.source)
