@@ -122,8 +122,9 @@ fn lookup(
 
 impl Handler for OffsetFetch {
     const KEY: ApiKey = ApiKey::OffsetFetch;
-    // v9 is KIP-848's (member epochs), not served.
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 8 };
+    // v9 carries the member id and epoch of consumer-protocol groups (KIP-848); they are
+    // not checked on fetch.
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 9 };
     const SHAPE: &'static super::shape::Shape = &super::shape::OFFSET_FETCH;
     type Request = OffsetFetchRequest;
     type Response = OffsetFetchResponse;

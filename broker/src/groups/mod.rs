@@ -20,6 +20,7 @@
 //! default there too) and of member ids handed out with MEMBER_ID_REQUIRED, which live until
 //! their session timeout.
 
+pub(crate) mod consumer;
 mod state;
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +34,7 @@ use crate::catalog::{Catalog, CatalogError, CommittedOffset, GroupRecord};
 use crate::config::BrokerConfig;
 use crate::topics::Topics;
 
+use consumer::{ConsumerGroup, Heartbeat, HeartbeatReply, TopicInfo};
 use state::{Group, Timing};
 pub(crate) use state::{
     GroupState, JoinOutcome, JoinRequest, Protocol, Reply, SyncOutcome, SyncRequest,
@@ -86,13 +88,30 @@ pub(crate) struct GroupCoordinator {
     metadata_max_bytes: usize,
     retention_ms: i64,
     groups: Mutex<HashMap<String, Group>>,
+    /// KIP-848 groups; always locked after `groups` when both are.
+    consumer: Mutex<HashMap<String, ConsumerGroup>>,
+    consumer_session: Duration,
+    consumer_heartbeat_interval: i32,
 }
+
+/// The protocol type a consumer-protocol group is saved with.
+pub(crate) const CONSUMER_PROTOCOL: &str = "consumer";
 
 impl GroupCoordinator {
     /// Loads the groups known to the catalog, all empty.
     pub(crate) fn load(config: &BrokerConfig, catalog: Arc<Catalog>) -> Result<Self, CatalogError> {
-        let groups = catalog
-            .groups()?
+        let records = catalog.groups()?;
+        let (consumer_records, records): (Vec<_>, Vec<_>) = records
+            .into_iter()
+            .partition(|r| r.protocol_type == CONSUMER_PROTOCOL);
+        let consumer = consumer_records
+            .into_iter()
+            .map(|r| {
+                let g = ConsumerGroup::new(r.group_id.clone(), r.generation, r.state_timestamp);
+                (r.group_id, g)
+            })
+            .collect();
+        let groups = records
             .into_iter()
             .map(|r| {
                 let group = Group::new(
@@ -119,7 +138,102 @@ impl GroupCoordinator {
                 .unwrap_or(i64::MAX)
                 .saturating_mul(60_000),
             groups: Mutex::new(groups),
+            consumer: Mutex::new(consumer),
+            consumer_session: Duration::from_millis(
+                config.group_consumer_session_timeout_ms.max(1) as u64,
+            ),
+            consumer_heartbeat_interval: config.group_consumer_heartbeat_interval_ms.max(1),
         })
+    }
+
+    fn lock_consumer(&self) -> MutexGuard<'_, HashMap<String, ConsumerGroup>> {
+        self.consumer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Saves a consumer group's epoch when it moved.
+    fn save_consumer_if_dirty(&self, group: &mut ConsumerGroup) {
+        if !group.dirty {
+            return;
+        }
+        group.dirty = false;
+        let record = GroupRecord {
+            group_id: group.id.clone(),
+            protocol_type: CONSUMER_PROTOCOL.to_owned(),
+            generation: group.epoch,
+            state_timestamp: group.state_timestamp,
+        };
+        if let Err(e) = self.catalog.save_group(&record) {
+            tracing::error!(group = %group.id, error = %e, "cannot save the group's epoch");
+        }
+    }
+
+    /// The heartbeat interval members of consumer groups are given, in ms.
+    pub(crate) fn consumer_heartbeat_interval(&self) -> i32 {
+        self.consumer_heartbeat_interval
+    }
+
+    /// Handles a ConsumerGroupHeartbeat (KIP-848).
+    pub(crate) fn consumer_heartbeat(
+        &self,
+        topics: &Topics,
+        group_id: &str,
+        hb: Heartbeat,
+    ) -> HeartbeatReply {
+        let refuse = |e: ResponseError, message: String| HeartbeatReply {
+            error: Some((e, message)),
+            member_id: hb.member_id.clone(),
+            member_epoch: 0,
+            assignment: None,
+        };
+        if group_id.is_empty() {
+            return refuse(
+                ResponseError::InvalidGroupId,
+                "the group id is empty".into(),
+            );
+        }
+        let mut classic = self.lock();
+        if let Some(g) = classic.get(group_id) {
+            if g.state != GroupState::Empty {
+                return refuse(
+                    ResponseError::GroupIdNotFound,
+                    format!("group {group_id} is a classic group with members"),
+                );
+            }
+            // An empty classic group (offsets only) becomes a consumer group, as in Kafka.
+            classic.remove(group_id);
+        }
+        let mut groups = self.lock_consumer();
+        drop(classic);
+        if hb.member_epoch != 0 && !groups.contains_key(group_id) {
+            return refuse(
+                ResponseError::UnknownMemberId,
+                format!("group {group_id} has no member {}", hb.member_id),
+            );
+        }
+        let group = groups.entry(group_id.to_owned()).or_insert_with(|| {
+            let mut g = ConsumerGroup::new(group_id.to_owned(), 0, crate::log::now_ms());
+            g.dirty = true;
+            g
+        });
+        let reply = group.heartbeat(hb, Instant::now(), self.consumer_session, &|names| {
+            topic_infos(topics, names)
+        });
+        self.save_consumer_if_dirty(group);
+        reply
+    }
+
+    /// Whether `group_id` is a consumer-protocol group.
+    pub(crate) fn is_consumer_group(&self, group_id: &str) -> bool {
+        self.lock_consumer().contains_key(group_id)
+    }
+
+    /// Runs `f` on consumer group `group_id`, if there is one.
+    pub(crate) fn with_consumer_group<T>(
+        &self,
+        group_id: &str,
+        f: impl FnOnce(&ConsumerGroup) -> T,
+    ) -> Option<T> {
+        self.lock_consumer().get(group_id).map(f)
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
@@ -161,6 +275,12 @@ impl GroupCoordinator {
         }
         let now = Instant::now();
         let mut groups = self.lock();
+        if self.is_consumer_group(group_id) {
+            return Reply::Now(JoinOutcome::error(
+                ResponseError::InconsistentGroupProtocol,
+                &request.member_id,
+            ));
+        }
         let group = groups.entry(group_id.to_owned()).or_insert_with(|| {
             Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms())
         });
@@ -220,6 +340,14 @@ impl GroupCoordinator {
             group.tick(now, self.timing);
             self.save_if_dirty(group);
         }
+        drop(groups);
+        let mut consumer = self.lock_consumer();
+        for group in consumer.values_mut() {
+            for member in group.expire(now) {
+                tracing::info!(group = %group.id, member, "consumer group member left: session timed out");
+            }
+            self.save_consumer_if_dirty(group);
+        }
     }
 
     /// Handles an OffsetCommit: an error for the whole request, or one per partition.
@@ -235,27 +363,34 @@ impl GroupCoordinator {
             return whole(ResponseError::InvalidGroupId);
         }
         let mut groups = self.lock();
+        let consumer = self.lock_consumer();
         // Kafka lets any commit with a negative generation into an empty group.
         let standalone = committer.generation < 0;
-        match groups.get(group_id) {
-            None if standalone => {
-                groups.insert(
-                    group_id.to_owned(),
-                    Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms()),
-                );
+        if let Some(group) = consumer.get(group_id) {
+            if let Some(e) = check_consumer_committer(group, committer) {
+                return whole(e);
             }
-            None => return whole(ResponseError::IllegalGeneration),
-            Some(group) => {
-                let refused = match group.state {
-                    GroupState::Dead => Some(ResponseError::CoordinatorNotAvailable),
-                    GroupState::Empty if standalone => None,
-                    // Kafka refuses commits between the join and the assignment: the member's
-                    // partitions are about to change.
-                    GroupState::CompletingRebalance => Some(ResponseError::RebalanceInProgress),
-                    _ => check_committer(group, committer),
-                };
-                if let Some(e) = refused {
-                    return whole(e);
+        } else {
+            match groups.get(group_id) {
+                None if standalone => {
+                    groups.insert(
+                        group_id.to_owned(),
+                        Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms()),
+                    );
+                }
+                None => return whole(ResponseError::IllegalGeneration),
+                Some(group) => {
+                    let refused = match group.state {
+                        GroupState::Dead => Some(ResponseError::CoordinatorNotAvailable),
+                        GroupState::Empty if standalone => None,
+                        // Kafka refuses commits between the join and the assignment: the member's
+                        // partitions are about to change.
+                        GroupState::CompletingRebalance => Some(ResponseError::RebalanceInProgress),
+                        _ => check_committer(group, committer),
+                    };
+                    if let Some(e) = refused {
+                        return whole(e);
+                    }
                 }
             }
         }
@@ -270,6 +405,7 @@ impl GroupCoordinator {
                 *answer = Some(e.response_error());
             }
         }
+        drop(consumer);
         drop(groups);
         answers
     }
@@ -357,6 +493,17 @@ impl GroupCoordinator {
             .into_iter()
             .map(|o| ((o.topic.clone(), o.partition), o))
             .collect())
+    }
+
+    /// Every group of the consumer protocol: id, state name.
+    pub(crate) fn list_consumer(&self) -> Vec<(String, &'static str)> {
+        let mut all: Vec<_> = self
+            .lock_consumer()
+            .values()
+            .map(|g| (g.id.clone(), g.state_name()))
+            .collect();
+        all.sort();
+        all
     }
 
     /// Every group: id, protocol type, state.
@@ -493,6 +640,20 @@ impl GroupCoordinator {
     }
 }
 
+/// The checks of a commit to a consumer-protocol group (KIP-848): a member's epoch must be
+/// its current one; a commit without member and epoch only while the group is empty.
+fn check_consumer_committer(group: &ConsumerGroup, c: Committer<'_>) -> Option<ResponseError> {
+    if c.generation < 0 && c.member_id.is_empty() && group.members.is_empty() {
+        return None;
+    }
+    match group.member_epoch(c.member_id) {
+        None => Some(ResponseError::UnknownMemberId),
+        Some(e) if c.generation > e => Some(ResponseError::FencedMemberEpoch),
+        Some(e) if c.generation < e => Some(ResponseError::StaleMemberEpoch),
+        Some(_) => None,
+    }
+}
+
 fn check_committer(group: &Group, c: Committer<'_>) -> Option<ResponseError> {
     if let Some(instance) = c.instance_id
         && let Some(m) = group.members.get(c.member_id)
@@ -504,4 +665,17 @@ fn check_committer(group: &Group, c: Committer<'_>) -> Option<ResponseError> {
         return Some(ResponseError::UnknownMemberId);
     }
     (c.generation != group.generation).then_some(ResponseError::IllegalGeneration)
+}
+
+/// The topics among `names` that exist, as the assignors see them.
+fn topic_infos(topics: &Topics, names: &std::collections::BTreeSet<String>) -> Vec<TopicInfo> {
+    names
+        .iter()
+        .filter_map(|n| topics.get(n))
+        .map(|t| TopicInfo {
+            name: t.name.clone(),
+            id: t.id,
+            partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
+        })
+        .collect()
 }
