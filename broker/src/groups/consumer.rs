@@ -627,7 +627,7 @@ mod tests {
         let t = topic("t", 7);
         let out = assign_range(
             &subs(&[("a", &["t"]), ("b", &["t"]), ("c", &["t"])]),
-            &[t.clone()],
+            std::slice::from_ref(&t),
         );
         let parts = |m: &str| out[m].iter().map(|tp| tp.1).collect::<Vec<_>>();
         assert_eq!(parts("a"), vec![0, 1, 2]);
@@ -639,13 +639,13 @@ mod tests {
     fn uniform_balances_and_is_sticky() {
         let t = topic("t", 6);
         let s3 = subs(&[("a", &["t"]), ("b", &["t"]), ("c", &["t"])]);
-        let first = assign_uniform(&s3, &[t.clone()], &BTreeMap::new());
+        let first = assign_uniform(&s3, std::slice::from_ref(&t), &BTreeMap::new());
         assert!(first.values().all(|s| s.len() == 2), "{first:?}");
         let all: BTreeSet<Tp> = first.values().flatten().copied().collect();
         assert_eq!(all.len(), 6);
         // c leaves: a and b keep theirs and split c's.
         let s2 = subs(&[("a", &["t"]), ("b", &["t"])]);
-        let second = assign_uniform(&s2, &[t.clone()], &first);
+        let second = assign_uniform(&s2, std::slice::from_ref(&t), &first);
         assert_eq!(second["a"].len(), 3);
         assert_eq!(second["b"].len(), 3);
         assert!(first["a"].is_subset(&second["a"]));

@@ -544,6 +544,20 @@ impl GroupCoordinator {
     /// Deletes an empty group and its offsets.
     pub(crate) fn delete_group(&self, group_id: &str) -> Option<ResponseError> {
         let mut groups = self.lock();
+        let mut consumer = self.lock_consumer();
+        if let Some(group) = consumer.get(group_id) {
+            if !group.members.is_empty() {
+                return Some(ResponseError::NonEmptyGroup);
+            }
+            if let Err(e) = self.catalog.delete_group(group_id) {
+                tracing::error!(group = group_id, error = %e, "cannot delete the group");
+                return Some(e.response_error());
+            }
+            consumer.remove(group_id);
+            tracing::info!(group = group_id, "deleted consumer group");
+            return None;
+        }
+        drop(consumer);
         let Some(group) = groups.get_mut(group_id) else {
             return Some(ResponseError::GroupIdNotFound);
         };
@@ -569,16 +583,22 @@ impl GroupCoordinator {
         partitions: &[(String, i32)],
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
         let groups = self.lock();
-        let Some(group) = groups.get(group_id) else {
-            return Err(ResponseError::GroupIdNotFound);
-        };
-        let subscribed = match group.state {
-            GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
-            GroupState::Empty => Vec::new(),
-            _ => match group.subscribed_topics() {
-                Some(topics) => topics,
-                None => return Err(ResponseError::NonEmptyGroup),
-            },
+        let consumer_subscribed =
+            self.with_consumer_group(group_id, |g| g.subscribed_names().into_iter().collect());
+        let subscribed: Vec<String> = if let Some(subscribed) = consumer_subscribed {
+            subscribed
+        } else {
+            let Some(group) = groups.get(group_id) else {
+                return Err(ResponseError::GroupIdNotFound);
+            };
+            match group.state {
+                GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
+                GroupState::Empty => Vec::new(),
+                _ => match group.subscribed_topics() {
+                    Some(topics) => topics,
+                    None => return Err(ResponseError::NonEmptyGroup),
+                },
+            }
         };
         let mut answers = Vec::with_capacity(partitions.len());
         let mut deletable = Vec::new();
@@ -627,6 +647,32 @@ impl GroupCoordinator {
                 Err(e) => tracing::error!(group = %group.id, error = %e, "offset expiry failed"),
             }
         }
+        let mut consumer = self.lock_consumer();
+        let cutoff = now.saturating_sub(self.retention_ms);
+        let mut consumer_gone = Vec::new();
+        for group in consumer.values() {
+            if !group.members.is_empty() || group.state_timestamp >= cutoff {
+                continue;
+            }
+            match self.catalog.delete_offsets_before(&group.id, i64::MAX) {
+                Ok(expired) => {
+                    if expired > 0 {
+                        tracing::info!(group = %group.id, expired, "expired committed offsets");
+                    }
+                    consumer_gone.push(group.id.clone());
+                }
+                Err(e) => tracing::error!(group = %group.id, error = %e, "offset expiry failed"),
+            }
+        }
+        for id in consumer_gone {
+            if let Err(e) = self.catalog.delete_group(&id) {
+                tracing::error!(group = %id, error = %e, "cannot remove an expired group");
+                continue;
+            }
+            consumer.remove(&id);
+            tracing::info!(group = %id, "removed empty consumer group without offsets");
+        }
+        drop(consumer);
         for id in gone {
             if let Err(e) = self.catalog.delete_group(&id) {
                 tracing::error!(group = %id, error = %e, "cannot remove an expired group");
@@ -678,4 +724,138 @@ fn topic_infos(topics: &Topics, names: &std::collections::BTreeSet<String>) -> V
             partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap as Map;
+
+    fn join_request() -> JoinRequest {
+        JoinRequest {
+            member_id: String::new(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(10),
+            protocol_type: "consumer".into(),
+            protocols: vec![Protocol {
+                name: "range".into(),
+                metadata: Bytes::new(),
+            }],
+            require_known_member_id: false,
+            supports_skip_assignment: false,
+        }
+    }
+
+    fn joining(member: &str) -> Heartbeat {
+        Heartbeat {
+            member_id: member.into(),
+            member_epoch: 0,
+            subscribed: Some(vec!["t".into()]),
+            rebalance_timeout_ms: 10_000,
+            ..Default::default()
+        }
+    }
+
+    fn offset(partition: i32, offset: i64) -> OffsetToCommit {
+        OffsetToCommit {
+            topic: "t".into(),
+            partition,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }
+    }
+
+    #[test]
+    fn classic_and_consumer_groups_do_not_mix_and_commits_check_member_epochs() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = crate::api::tests::context(dir.path());
+        ctx.topics.create("t", 4, 1, Map::new(), false).unwrap();
+        let groups = &ctx.groups;
+
+        // A consumer group refuses classic joins.
+        let a = groups.consumer_heartbeat(&ctx.topics, "g", joining("a"));
+        assert_eq!(a.error, None);
+        assert_eq!(a.member_epoch, 1);
+        assert_eq!(a.assignment.as_ref().unwrap().len(), 4);
+        let Reply::Now(refused) = groups.join("g", join_request()) else {
+            panic!("a join to a consumer group must be answered at once");
+        };
+        assert_eq!(
+            refused.error,
+            Some(ResponseError::InconsistentGroupProtocol)
+        );
+
+        // A classic group with members refuses consumer heartbeats.
+        drop(groups.join("classic", join_request()));
+        let r = groups.consumer_heartbeat(&ctx.topics, "classic", joining("x"));
+        assert_eq!(r.error.unwrap().0, ResponseError::GroupIdNotFound);
+
+        // Commits: the member's epoch, else STALE (older) or FENCED (newer); unknown members.
+        let commit = |member: &str, epoch: i32| {
+            let c = Committer {
+                member_id: member,
+                instance_id: None,
+                generation: epoch,
+            };
+            groups.commit(&ctx.topics, "g", c, vec![offset(0, 5)])[0]
+        };
+        assert_eq!(commit("a", 1), None);
+        assert_eq!(commit("a", 0), Some(ResponseError::StaleMemberEpoch));
+        assert_eq!(commit("a", 2), Some(ResponseError::FencedMemberEpoch));
+        assert_eq!(commit("b", 1), Some(ResponseError::UnknownMemberId));
+        assert_eq!(commit("", -1), Some(ResponseError::UnknownMemberId));
+
+        let listed = groups.list_consumer();
+        assert_eq!(listed, vec![("g".to_string(), "Stable")]);
+        assert_eq!(groups.delete_group("g"), Some(ResponseError::NonEmptyGroup));
+        // The member leaves; the group is empty and takes tool commits.
+        let mut leave = joining("a");
+        leave.member_epoch = -1;
+        groups.consumer_heartbeat(&ctx.topics, "g", leave);
+        assert_eq!(commit("", -1), None);
+        assert_eq!(
+            groups.committed("g").unwrap()[&("t".to_string(), 0)].offset,
+            5
+        );
+    }
+
+    #[test]
+    fn a_consumer_group_stays_one_across_a_restart_with_its_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ctx = crate::api::tests::context(dir.path());
+            ctx.topics.create("t", 2, 1, Map::new(), false).unwrap();
+            let a = ctx
+                .groups
+                .consumer_heartbeat(&ctx.topics, "g", joining("a"));
+            let c = Committer {
+                member_id: "a",
+                instance_id: None,
+                generation: a.member_epoch,
+            };
+            assert_eq!(
+                ctx.groups.commit(&ctx.topics, "g", c, vec![offset(1, 9)])[0],
+                None
+            );
+        }
+        let ctx = crate::api::tests::context(dir.path());
+        assert!(ctx.groups.is_consumer_group("g"));
+        assert_eq!(
+            ctx.groups.committed("g").unwrap()[&("t".to_string(), 1)].offset,
+            9
+        );
+        // The old member is unknown now and joins again, at a later epoch than before.
+        let mut hb = joining("a");
+        hb.member_epoch = 1;
+        let r = ctx.groups.consumer_heartbeat(&ctx.topics, "g", hb);
+        assert_eq!(r.error.unwrap().0, ResponseError::UnknownMemberId);
+        let again = ctx
+            .groups
+            .consumer_heartbeat(&ctx.topics, "g", joining("a"));
+        assert_eq!(again.member_epoch, 2);
+    }
 }
