@@ -94,8 +94,11 @@ pub(crate) struct GroupCoordinator {
     consumer_heartbeat_interval: i32,
 }
 
-/// The protocol type a consumer-protocol group is saved with.
+/// The protocol type ListGroups gives consumer-protocol groups.
 pub(crate) const CONSUMER_PROTOCOL: &str = "consumer";
+/// What the catalog stores as the protocol type of a consumer-protocol group: classic groups
+/// of Kafka consumers have protocol type `consumer` too.
+const CONSUMER_GROUP_RECORD: &str = "kip-848 consumer group";
 
 impl GroupCoordinator {
     /// Loads the groups known to the catalog, all empty.
@@ -103,7 +106,7 @@ impl GroupCoordinator {
         let records = catalog.groups()?;
         let (consumer_records, records): (Vec<_>, Vec<_>) = records
             .into_iter()
-            .partition(|r| r.protocol_type == CONSUMER_PROTOCOL);
+            .partition(|r| r.protocol_type == CONSUMER_GROUP_RECORD);
         let consumer = consumer_records
             .into_iter()
             .map(|r| {
@@ -158,7 +161,7 @@ impl GroupCoordinator {
         group.dirty = false;
         let record = GroupRecord {
             group_id: group.id.clone(),
-            protocol_type: CONSUMER_PROTOCOL.to_owned(),
+            protocol_type: CONSUMER_GROUP_RECORD.to_owned(),
             generation: group.epoch,
             state_timestamp: group.state_timestamp,
         };
@@ -223,6 +226,7 @@ impl GroupCoordinator {
     }
 
     /// Whether `group_id` is a consumer-protocol group.
+    #[cfg(test)]
     pub(crate) fn is_consumer_group(&self, group_id: &str) -> bool {
         self.lock_consumer().contains_key(group_id)
     }
@@ -275,11 +279,21 @@ impl GroupCoordinator {
         }
         let now = Instant::now();
         let mut groups = self.lock();
-        if self.is_consumer_group(group_id) {
-            return Reply::Now(JoinOutcome::error(
-                ResponseError::InconsistentGroupProtocol,
-                &request.member_id,
-            ));
+        {
+            // An empty consumer-protocol group becomes a classic one, as in Kafka.
+            let mut consumer = self.lock_consumer();
+            match consumer.get(group_id) {
+                Some(g) if !g.members.is_empty() => {
+                    return Reply::Now(JoinOutcome::error(
+                        ResponseError::InconsistentGroupProtocol,
+                        &request.member_id,
+                    ));
+                }
+                Some(_) => {
+                    consumer.remove(group_id);
+                }
+                None => {}
+            }
         }
         let group = groups.entry(group_id.to_owned()).or_insert_with(|| {
             Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms())
