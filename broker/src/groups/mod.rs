@@ -231,6 +231,25 @@ impl GroupCoordinator {
         self.lock_consumer().contains_key(group_id)
     }
 
+    /// The check of an OffsetFetch v9+ of a consumer-protocol group (KIP-848): without a
+    /// member id (a tool) it passes; a member must be one, at its current epoch. Classic
+    /// groups are not checked.
+    pub(crate) fn check_fetcher(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+    ) -> Option<ResponseError> {
+        let member_id = member_id.filter(|m| !m.is_empty())?;
+        let groups = self.lock_consumer();
+        let group = groups.get(group_id)?;
+        match group.member_epoch(member_id) {
+            None => Some(ResponseError::UnknownMemberId),
+            Some(e) if e != member_epoch => Some(ResponseError::StaleMemberEpoch),
+            Some(_) => None,
+        }
+    }
+
     /// Runs `f` on consumer group `group_id`, if there is one.
     pub(crate) fn with_consumer_group<T>(
         &self,
@@ -822,6 +841,18 @@ mod tests {
         assert_eq!(commit("a", 2), Some(ResponseError::FencedMemberEpoch));
         assert_eq!(commit("b", 1), Some(ResponseError::UnknownMemberId));
         assert_eq!(commit("", -1), Some(ResponseError::UnknownMemberId));
+
+        assert_eq!(groups.check_fetcher("g", Some("a"), 1), None);
+        assert_eq!(groups.check_fetcher("g", None, -1), None);
+        assert_eq!(
+            groups.check_fetcher("g", Some("a"), 0),
+            Some(ResponseError::StaleMemberEpoch)
+        );
+        assert_eq!(
+            groups.check_fetcher("g", Some("b"), 1),
+            Some(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(groups.check_fetcher("classic", Some("b"), 1), None);
 
         let listed = groups.list_consumer();
         assert_eq!(listed, vec![("g".to_string(), "Stable")]);
