@@ -1,4 +1,7 @@
-//! The group coordinator: Kafka's classic consumer group protocol and committed offsets.
+//! The group coordinator: Kafka's classic consumer group protocol, KIP-848's consumer
+//! protocol ([`consumer`]: the broker assigns, members reconcile on their heartbeats) and
+//! committed offsets. A group id belongs to one protocol at a time; an empty group changes
+//! protocol when a member of the other one arrives.
 //!
 //! This single broker coordinates every group (FindCoordinator answers with itself). Group
 //! membership lives in memory ([`state`]): after a restart every group is empty and its members
