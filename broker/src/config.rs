@@ -147,6 +147,12 @@ pub struct BrokerConfig {
     /// How long the first rebalance of an empty group waits for more members to join, so they
     /// all get partitions in one round (Kafka `group.initial.rebalance.delay.ms`). Default 3000.
     pub group_initial_rebalance_delay_ms: u64,
+    /// Session timeout of the members of consumer-protocol groups (KIP-848; Kafka
+    /// `group.consumer.session.timeout.ms`). Default 45000.
+    pub group_consumer_session_timeout_ms: i32,
+    /// Heartbeat interval the coordinator gives the members of consumer-protocol groups (Kafka
+    /// `group.consumer.heartbeat.interval.ms`). Default 5000.
+    pub group_consumer_heartbeat_interval_ms: i32,
     /// Largest `transaction.timeout.ms` a transactional producer may ask for; InitProducerId
     /// with a larger one gets INVALID_TRANSACTION_TIMEOUT (Kafka `transaction.max.timeout.ms`).
     /// Default 900000 (15 minutes).
@@ -214,6 +220,8 @@ impl Default for BrokerConfig {
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 1_800_000,
             group_initial_rebalance_delay_ms: 3000,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5000,
             transaction_max_timeout_ms: 900_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,

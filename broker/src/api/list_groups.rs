@@ -15,6 +15,7 @@ use crate::security::{AclOperation, Resource};
 pub(super) struct ListGroups;
 
 const CLASSIC: &str = "classic";
+const CONSUMER: &str = "consumer";
 
 fn matches(filter: &[StrBytes], value: &str) -> bool {
     filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
@@ -35,24 +36,32 @@ impl Handler for ListGroups {
         let version = header.request_api_version;
         // Describe on the cluster lists every group; otherwise those the caller may describe.
         let everything = ctx.authorize(AclOperation::Describe, Resource::cluster());
-        let groups = ctx
+        // Classic groups, then consumer-protocol (KIP-848) ones: (id, protocol type, state, type).
+        let classic = ctx
             .groups
             .list()
             .into_iter()
-            .filter(|(id, _, _)| {
+            .map(|(id, protocol_type, state)| (id, protocol_type, state.name(), CLASSIC));
+        let consumer = ctx.groups.list_consumer().into_iter().map(|(id, state)| {
+            let protocol = crate::groups::CONSUMER_PROTOCOL.to_owned();
+            (id, protocol, state, CONSUMER)
+        });
+        let groups = classic
+            .chain(consumer)
+            .filter(|(id, _, _, _)| {
                 everything || ctx.authorize(AclOperation::Describe, Resource::group(id))
             })
-            .filter(|(_, _, state)| matches(&request.states_filter, state.name()))
-            .filter(|_| matches(&request.types_filter, CLASSIC))
-            .map(|(id, protocol_type, state)| {
+            .filter(|(_, _, state, _)| matches(&request.states_filter, state))
+            .filter(|(_, _, _, kind)| matches(&request.types_filter, kind))
+            .map(|(id, protocol_type, state, kind)| {
                 let mut listed = ListedGroup::default()
                     .with_group_id(GroupId(text(&id)))
                     .with_protocol_type(text(&protocol_type));
                 if version >= 4 {
-                    listed = listed.with_group_state(text(state.name()));
+                    listed = listed.with_group_state(text(state));
                 }
                 if version >= 5 {
-                    listed = listed.with_group_type(text(CLASSIC));
+                    listed = listed.with_group_type(text(kind));
                 }
                 listed
             })

@@ -10,6 +10,8 @@ mod add_partitions_to_txn;
 mod alter_configs;
 mod alter_user_scram_credentials;
 mod api_versions;
+mod consumer_group_describe;
+mod consumer_group_heartbeat;
 mod create_acls;
 mod create_partitions;
 mod create_topics;
@@ -459,7 +461,7 @@ const fn route<H: Handler + 'static>() -> Route {
     }
 }
 
-/// Every API this broker serves. KIP-848 consumer group APIs are deliberately absent.
+/// Every API this broker serves.
 pub(crate) const ROUTES: &[Route] = &[
     route::<produce::Produce>(),
     route::<fetch::Fetch>(),
@@ -482,6 +484,8 @@ pub(crate) const ROUTES: &[Route] = &[
     route::<sync_group::SyncGroup>(),
     route::<describe_groups::DescribeGroups>(),
     route::<list_groups::ListGroups>(),
+    route::<consumer_group_heartbeat::ConsumerGroupHeartbeat>(),
+    route::<consumer_group_describe::ConsumerGroupDescribe>(),
     route::<delete_groups::DeleteGroups>(),
     route::<offset_delete::OffsetDelete>(),
     route::<init_producer_id::InitProducerId>(),

@@ -20,8 +20,8 @@ const LEADER_EPOCH_FROM: i16 = 6;
 
 impl Handler for OffsetCommit {
     const KEY: ApiKey = ApiKey::OffsetCommit;
-    // v9 is KIP-848's (member epochs), not served.
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 8 };
+    // v9: the generation is a member epoch in consumer-protocol groups (KIP-848).
+    const VERSIONS: VersionRange = VersionRange { min: 2, max: 9 };
     const SHAPE: &'static super::shape::Shape = &super::shape::OFFSET_COMMIT;
     type Request = OffsetCommitRequest;
     type Response = OffsetCommitResponse;

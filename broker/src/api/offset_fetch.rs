@@ -122,8 +122,9 @@ fn lookup(
 
 impl Handler for OffsetFetch {
     const KEY: ApiKey = ApiKey::OffsetFetch;
-    // v9 is KIP-848's (member epochs), not served.
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 8 };
+    // v9 carries the member id and epoch of consumer-protocol groups (KIP-848): a member's
+    // must be its current one (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH).
+    const VERSIONS: VersionRange = VersionRange { min: 1, max: 9 };
     const SHAPE: &'static super::shape::Shape = &super::shape::OFFSET_FETCH;
     type Request = OffsetFetchRequest;
     type Response = OffsetFetchResponse;
@@ -166,6 +167,13 @@ impl Handler for OffsetFetch {
                     });
                     let answer =
                         OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                    if let Some(e) = ctx.groups.check_fetcher(
+                        &g.group_id.0,
+                        g.member_id.as_deref(),
+                        g.member_epoch,
+                    ) {
+                        return answer.with_error_code(e.code());
+                    }
                     match lookup(ctx, &g.group_id.0, wanted, require_stable) {
                         Ok(topics) => answer.with_topics(
                             topics

@@ -147,6 +147,20 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
                 .with_assignments(vec![Default::default()]),
             version,
         ),
+        ApiKey::ConsumerGroupHeartbeat => encode(
+            ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(s()))
+                .with_subscribed_topic_names(Some(vec![TopicName(s())]))
+                .with_topic_partitions(Some(vec![
+                    consumer_group_heartbeat_request::TopicPartitions::default()
+                        .with_partitions(vec![0]),
+                ])),
+            version,
+        ),
+        ApiKey::ConsumerGroupDescribe => encode(
+            ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s())]),
+            version,
+        ),
         ApiKey::Heartbeat => encode(
             HeartbeatRequest::default().with_group_id(GroupId(s())),
             version,

@@ -236,6 +236,27 @@ pub(crate) const HEARTBEAT: Shape = Shape {
     fields: &[f(Str), f(I32), f(Str), v(Str, 3, MAX)],
 };
 
+pub(crate) const CONSUMER_GROUP_HEARTBEAT: Shape = Shape {
+    flexible_from: 0,
+    fields: &[
+        f(Str),                          // group_id
+        f(Str),                          // member_id
+        f(I32),                          // member_epoch
+        f(Str),                          // instance_id
+        f(Str),                          // rack_id
+        f(I32),                          // rebalance_timeout_ms
+        f(Strs),                         // subscribed_topic_names (nullable)
+        v(Str, 1, MAX),                  // subscribed_topic_regex
+        f(Str),                          // server_assignor
+        f(Structs(&[f(Uuid), f(Ints)])), // topic_partitions (nullable): id, partitions
+    ],
+};
+
+pub(crate) const CONSUMER_GROUP_DESCRIBE: Shape = Shape {
+    flexible_from: 0,
+    fields: &[f(Strs), f(I8)], // group_ids, include_authorized_operations
+};
+
 pub(crate) const LEAVE_GROUP: Shape = Shape {
     flexible_from: 4,
     fields: &[

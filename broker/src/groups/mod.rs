@@ -1,4 +1,7 @@
-//! The group coordinator: Kafka's classic consumer group protocol and committed offsets.
+//! The group coordinator: Kafka's classic consumer group protocol, KIP-848's consumer
+//! protocol ([`consumer`]: the broker assigns, members reconcile on their heartbeats) and
+//! committed offsets. A group id belongs to one protocol at a time; an empty group changes
+//! protocol when a member of the other one arrives.
 //!
 //! This single broker coordinates every group (FindCoordinator answers with itself). Group
 //! membership lives in memory ([`state`]): after a restart every group is empty and its members
@@ -20,6 +23,7 @@
 //! default there too) and of member ids handed out with MEMBER_ID_REQUIRED, which live until
 //! their session timeout.
 
+pub(crate) mod consumer;
 mod state;
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +37,7 @@ use crate::catalog::{Catalog, CatalogError, CommittedOffset, GroupRecord};
 use crate::config::BrokerConfig;
 use crate::topics::Topics;
 
+use consumer::{ConsumerGroup, Heartbeat, HeartbeatReply, TopicInfo};
 use state::{Group, Timing};
 pub(crate) use state::{
     GroupState, JoinOutcome, JoinRequest, Protocol, Reply, SyncOutcome, SyncRequest,
@@ -86,13 +91,33 @@ pub(crate) struct GroupCoordinator {
     metadata_max_bytes: usize,
     retention_ms: i64,
     groups: Mutex<HashMap<String, Group>>,
+    /// KIP-848 groups; always locked after `groups` when both are.
+    consumer: Mutex<HashMap<String, ConsumerGroup>>,
+    consumer_session: Duration,
+    consumer_heartbeat_interval: i32,
 }
+
+/// The protocol type ListGroups gives consumer-protocol groups.
+pub(crate) const CONSUMER_PROTOCOL: &str = "consumer";
+/// What the catalog stores as the protocol type of a consumer-protocol group: classic groups
+/// of Kafka consumers have protocol type `consumer` too.
+const CONSUMER_GROUP_RECORD: &str = "kip-848 consumer group";
 
 impl GroupCoordinator {
     /// Loads the groups known to the catalog, all empty.
     pub(crate) fn load(config: &BrokerConfig, catalog: Arc<Catalog>) -> Result<Self, CatalogError> {
-        let groups = catalog
-            .groups()?
+        let records = catalog.groups()?;
+        let (consumer_records, records): (Vec<_>, Vec<_>) = records
+            .into_iter()
+            .partition(|r| r.protocol_type == CONSUMER_GROUP_RECORD);
+        let consumer = consumer_records
+            .into_iter()
+            .map(|r| {
+                let g = ConsumerGroup::new(r.group_id.clone(), r.generation, r.state_timestamp);
+                (r.group_id, g)
+            })
+            .collect();
+        let groups = records
             .into_iter()
             .map(|r| {
                 let group = Group::new(
@@ -119,7 +144,122 @@ impl GroupCoordinator {
                 .unwrap_or(i64::MAX)
                 .saturating_mul(60_000),
             groups: Mutex::new(groups),
+            consumer: Mutex::new(consumer),
+            consumer_session: Duration::from_millis(
+                config.group_consumer_session_timeout_ms.max(1) as u64,
+            ),
+            consumer_heartbeat_interval: config.group_consumer_heartbeat_interval_ms.max(1),
         })
+    }
+
+    fn lock_consumer(&self) -> MutexGuard<'_, HashMap<String, ConsumerGroup>> {
+        self.consumer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Saves a consumer group's epoch when it moved.
+    fn save_consumer_if_dirty(&self, group: &mut ConsumerGroup) {
+        if !group.dirty {
+            return;
+        }
+        group.dirty = false;
+        let record = GroupRecord {
+            group_id: group.id.clone(),
+            protocol_type: CONSUMER_GROUP_RECORD.to_owned(),
+            generation: group.epoch,
+            state_timestamp: group.state_timestamp,
+        };
+        if let Err(e) = self.catalog.save_group(&record) {
+            tracing::error!(group = %group.id, error = %e, "cannot save the group's epoch");
+        }
+    }
+
+    /// The heartbeat interval members of consumer groups are given, in ms.
+    pub(crate) fn consumer_heartbeat_interval(&self) -> i32 {
+        self.consumer_heartbeat_interval
+    }
+
+    /// Handles a ConsumerGroupHeartbeat (KIP-848).
+    pub(crate) fn consumer_heartbeat(
+        &self,
+        topics: &Topics,
+        group_id: &str,
+        hb: Heartbeat,
+    ) -> HeartbeatReply {
+        let refuse = |e: ResponseError, message: String| HeartbeatReply {
+            error: Some((e, message)),
+            member_id: hb.member_id.clone(),
+            member_epoch: 0,
+            assignment: None,
+        };
+        if group_id.is_empty() {
+            return refuse(
+                ResponseError::InvalidGroupId,
+                "the group id is empty".into(),
+            );
+        }
+        let mut classic = self.lock();
+        if let Some(g) = classic.get(group_id) {
+            if g.state != GroupState::Empty {
+                return refuse(
+                    ResponseError::GroupIdNotFound,
+                    format!("group {group_id} is a classic group with members"),
+                );
+            }
+            // An empty classic group (offsets only) becomes a consumer group, as in Kafka.
+            classic.remove(group_id);
+        }
+        let mut groups = self.lock_consumer();
+        drop(classic);
+        if hb.member_epoch != 0 && !groups.contains_key(group_id) {
+            return refuse(
+                ResponseError::UnknownMemberId,
+                format!("group {group_id} has no member {}", hb.member_id),
+            );
+        }
+        let group = groups.entry(group_id.to_owned()).or_insert_with(|| {
+            let mut g = ConsumerGroup::new(group_id.to_owned(), 0, crate::log::now_ms());
+            g.dirty = true;
+            g
+        });
+        let reply = group.heartbeat(hb, Instant::now(), self.consumer_session, &|names| {
+            topic_infos(topics, names)
+        });
+        self.save_consumer_if_dirty(group);
+        reply
+    }
+
+    /// Whether `group_id` is a consumer-protocol group.
+    #[cfg(test)]
+    pub(crate) fn is_consumer_group(&self, group_id: &str) -> bool {
+        self.lock_consumer().contains_key(group_id)
+    }
+
+    /// The check of an OffsetFetch v9+ of a consumer-protocol group (KIP-848): without a
+    /// member id (a tool) it passes; a member must be one, at its current epoch. Classic
+    /// groups are not checked.
+    pub(crate) fn check_fetcher(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+    ) -> Option<ResponseError> {
+        let member_id = member_id.filter(|m| !m.is_empty())?;
+        let groups = self.lock_consumer();
+        let group = groups.get(group_id)?;
+        match group.member_epoch(member_id) {
+            None => Some(ResponseError::UnknownMemberId),
+            Some(e) if e != member_epoch => Some(ResponseError::StaleMemberEpoch),
+            Some(_) => None,
+        }
+    }
+
+    /// Runs `f` on consumer group `group_id`, if there is one.
+    pub(crate) fn with_consumer_group<T>(
+        &self,
+        group_id: &str,
+        f: impl FnOnce(&ConsumerGroup) -> T,
+    ) -> Option<T> {
+        self.lock_consumer().get(group_id).map(f)
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
@@ -161,6 +301,22 @@ impl GroupCoordinator {
         }
         let now = Instant::now();
         let mut groups = self.lock();
+        {
+            // An empty consumer-protocol group becomes a classic one, as in Kafka.
+            let mut consumer = self.lock_consumer();
+            match consumer.get(group_id) {
+                Some(g) if !g.members.is_empty() => {
+                    return Reply::Now(JoinOutcome::error(
+                        ResponseError::InconsistentGroupProtocol,
+                        &request.member_id,
+                    ));
+                }
+                Some(_) => {
+                    consumer.remove(group_id);
+                }
+                None => {}
+            }
+        }
         let group = groups.entry(group_id.to_owned()).or_insert_with(|| {
             Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms())
         });
@@ -220,6 +376,14 @@ impl GroupCoordinator {
             group.tick(now, self.timing);
             self.save_if_dirty(group);
         }
+        drop(groups);
+        let mut consumer = self.lock_consumer();
+        for group in consumer.values_mut() {
+            for member in group.expire(now) {
+                tracing::info!(group = %group.id, member, "consumer group member left: session timed out");
+            }
+            self.save_consumer_if_dirty(group);
+        }
     }
 
     /// Handles an OffsetCommit: an error for the whole request, or one per partition.
@@ -235,27 +399,34 @@ impl GroupCoordinator {
             return whole(ResponseError::InvalidGroupId);
         }
         let mut groups = self.lock();
+        let consumer = self.lock_consumer();
         // Kafka lets any commit with a negative generation into an empty group.
         let standalone = committer.generation < 0;
-        match groups.get(group_id) {
-            None if standalone => {
-                groups.insert(
-                    group_id.to_owned(),
-                    Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms()),
-                );
+        if let Some(group) = consumer.get(group_id) {
+            if let Some(e) = check_consumer_committer(group, committer) {
+                return whole(e);
             }
-            None => return whole(ResponseError::IllegalGeneration),
-            Some(group) => {
-                let refused = match group.state {
-                    GroupState::Dead => Some(ResponseError::CoordinatorNotAvailable),
-                    GroupState::Empty if standalone => None,
-                    // Kafka refuses commits between the join and the assignment: the member's
-                    // partitions are about to change.
-                    GroupState::CompletingRebalance => Some(ResponseError::RebalanceInProgress),
-                    _ => check_committer(group, committer),
-                };
-                if let Some(e) = refused {
-                    return whole(e);
+        } else {
+            match groups.get(group_id) {
+                None if standalone => {
+                    groups.insert(
+                        group_id.to_owned(),
+                        Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms()),
+                    );
+                }
+                None => return whole(ResponseError::IllegalGeneration),
+                Some(group) => {
+                    let refused = match group.state {
+                        GroupState::Dead => Some(ResponseError::CoordinatorNotAvailable),
+                        GroupState::Empty if standalone => None,
+                        // Kafka refuses commits between the join and the assignment: the member's
+                        // partitions are about to change.
+                        GroupState::CompletingRebalance => Some(ResponseError::RebalanceInProgress),
+                        _ => check_committer(group, committer),
+                    };
+                    if let Some(e) = refused {
+                        return whole(e);
+                    }
                 }
             }
         }
@@ -270,6 +441,7 @@ impl GroupCoordinator {
                 *answer = Some(e.response_error());
             }
         }
+        drop(consumer);
         drop(groups);
         answers
     }
@@ -359,6 +531,17 @@ impl GroupCoordinator {
             .collect())
     }
 
+    /// Every group of the consumer protocol: id, state name.
+    pub(crate) fn list_consumer(&self) -> Vec<(String, &'static str)> {
+        let mut all: Vec<_> = self
+            .lock_consumer()
+            .values()
+            .map(|g| (g.id.clone(), g.state_name()))
+            .collect();
+        all.sort();
+        all
+    }
+
     /// Every group: id, protocol type, state.
     pub(crate) fn list(&self) -> Vec<(String, String, GroupState)> {
         let mut all: Vec<_> = self
@@ -397,6 +580,20 @@ impl GroupCoordinator {
     /// Deletes an empty group and its offsets.
     pub(crate) fn delete_group(&self, group_id: &str) -> Option<ResponseError> {
         let mut groups = self.lock();
+        let mut consumer = self.lock_consumer();
+        if let Some(group) = consumer.get(group_id) {
+            if !group.members.is_empty() {
+                return Some(ResponseError::NonEmptyGroup);
+            }
+            if let Err(e) = self.catalog.delete_group(group_id) {
+                tracing::error!(group = group_id, error = %e, "cannot delete the group");
+                return Some(e.response_error());
+            }
+            consumer.remove(group_id);
+            tracing::info!(group = group_id, "deleted consumer group");
+            return None;
+        }
+        drop(consumer);
         let Some(group) = groups.get_mut(group_id) else {
             return Some(ResponseError::GroupIdNotFound);
         };
@@ -422,16 +619,22 @@ impl GroupCoordinator {
         partitions: &[(String, i32)],
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
         let groups = self.lock();
-        let Some(group) = groups.get(group_id) else {
-            return Err(ResponseError::GroupIdNotFound);
-        };
-        let subscribed = match group.state {
-            GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
-            GroupState::Empty => Vec::new(),
-            _ => match group.subscribed_topics() {
-                Some(topics) => topics,
-                None => return Err(ResponseError::NonEmptyGroup),
-            },
+        let consumer_subscribed =
+            self.with_consumer_group(group_id, |g| g.subscribed_names().into_iter().collect());
+        let subscribed: Vec<String> = if let Some(subscribed) = consumer_subscribed {
+            subscribed
+        } else {
+            let Some(group) = groups.get(group_id) else {
+                return Err(ResponseError::GroupIdNotFound);
+            };
+            match group.state {
+                GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
+                GroupState::Empty => Vec::new(),
+                _ => match group.subscribed_topics() {
+                    Some(topics) => topics,
+                    None => return Err(ResponseError::NonEmptyGroup),
+                },
+            }
         };
         let mut answers = Vec::with_capacity(partitions.len());
         let mut deletable = Vec::new();
@@ -480,6 +683,32 @@ impl GroupCoordinator {
                 Err(e) => tracing::error!(group = %group.id, error = %e, "offset expiry failed"),
             }
         }
+        let mut consumer = self.lock_consumer();
+        let cutoff = now.saturating_sub(self.retention_ms);
+        let mut consumer_gone = Vec::new();
+        for group in consumer.values() {
+            if !group.members.is_empty() || group.state_timestamp >= cutoff {
+                continue;
+            }
+            match self.catalog.delete_offsets_before(&group.id, i64::MAX) {
+                Ok(expired) => {
+                    if expired > 0 {
+                        tracing::info!(group = %group.id, expired, "expired committed offsets");
+                    }
+                    consumer_gone.push(group.id.clone());
+                }
+                Err(e) => tracing::error!(group = %group.id, error = %e, "offset expiry failed"),
+            }
+        }
+        for id in consumer_gone {
+            if let Err(e) = self.catalog.delete_group(&id) {
+                tracing::error!(group = %id, error = %e, "cannot remove an expired group");
+                continue;
+            }
+            consumer.remove(&id);
+            tracing::info!(group = %id, "removed empty consumer group without offsets");
+        }
+        drop(consumer);
         for id in gone {
             if let Err(e) = self.catalog.delete_group(&id) {
                 tracing::error!(group = %id, error = %e, "cannot remove an expired group");
@@ -490,6 +719,20 @@ impl GroupCoordinator {
             }
             tracing::info!(group = %id, "removed empty group without offsets");
         }
+    }
+}
+
+/// The checks of a commit to a consumer-protocol group (KIP-848): a member's epoch must be
+/// its current one; a commit without member and epoch only while the group is empty.
+fn check_consumer_committer(group: &ConsumerGroup, c: Committer<'_>) -> Option<ResponseError> {
+    if c.generation < 0 && c.member_id.is_empty() && group.members.is_empty() {
+        return None;
+    }
+    match group.member_epoch(c.member_id) {
+        None => Some(ResponseError::UnknownMemberId),
+        Some(e) if c.generation > e => Some(ResponseError::FencedMemberEpoch),
+        Some(e) if c.generation < e => Some(ResponseError::StaleMemberEpoch),
+        Some(_) => None,
     }
 }
 
@@ -504,4 +747,163 @@ fn check_committer(group: &Group, c: Committer<'_>) -> Option<ResponseError> {
         return Some(ResponseError::UnknownMemberId);
     }
     (c.generation != group.generation).then_some(ResponseError::IllegalGeneration)
+}
+
+/// The topics among `names` that exist, as the assignors see them.
+fn topic_infos(topics: &Topics, names: &std::collections::BTreeSet<String>) -> Vec<TopicInfo> {
+    names
+        .iter()
+        .filter_map(|n| topics.get(n))
+        .map(|t| TopicInfo {
+            name: t.name.clone(),
+            id: t.id,
+            partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap as Map;
+
+    fn join_request() -> JoinRequest {
+        JoinRequest {
+            member_id: String::new(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(10),
+            protocol_type: "consumer".into(),
+            protocols: vec![Protocol {
+                name: "range".into(),
+                metadata: Bytes::new(),
+            }],
+            require_known_member_id: false,
+            supports_skip_assignment: false,
+        }
+    }
+
+    fn joining(member: &str) -> Heartbeat {
+        Heartbeat {
+            member_id: member.into(),
+            member_epoch: 0,
+            subscribed: Some(vec!["t".into()]),
+            rebalance_timeout_ms: 10_000,
+            ..Default::default()
+        }
+    }
+
+    fn offset(partition: i32, offset: i64) -> OffsetToCommit {
+        OffsetToCommit {
+            topic: "t".into(),
+            partition,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }
+    }
+
+    #[test]
+    fn classic_and_consumer_groups_do_not_mix_and_commits_check_member_epochs() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = crate::api::tests::context(dir.path());
+        ctx.topics.create("t", 4, 1, Map::new(), false).unwrap();
+        let groups = &ctx.groups;
+
+        // A consumer group refuses classic joins.
+        let a = groups.consumer_heartbeat(&ctx.topics, "g", joining("a"));
+        assert_eq!(a.error, None);
+        assert_eq!(a.member_epoch, 1);
+        assert_eq!(a.assignment.as_ref().unwrap().len(), 4);
+        let Reply::Now(refused) = groups.join("g", join_request()) else {
+            panic!("a join to a consumer group must be answered at once");
+        };
+        assert_eq!(
+            refused.error,
+            Some(ResponseError::InconsistentGroupProtocol)
+        );
+
+        // A classic group with members refuses consumer heartbeats.
+        drop(groups.join("classic", join_request()));
+        let r = groups.consumer_heartbeat(&ctx.topics, "classic", joining("x"));
+        assert_eq!(r.error.unwrap().0, ResponseError::GroupIdNotFound);
+
+        // Commits: the member's epoch, else STALE (older) or FENCED (newer); unknown members.
+        let commit = |member: &str, epoch: i32| {
+            let c = Committer {
+                member_id: member,
+                instance_id: None,
+                generation: epoch,
+            };
+            groups.commit(&ctx.topics, "g", c, vec![offset(0, 5)])[0]
+        };
+        assert_eq!(commit("a", 1), None);
+        assert_eq!(commit("a", 0), Some(ResponseError::StaleMemberEpoch));
+        assert_eq!(commit("a", 2), Some(ResponseError::FencedMemberEpoch));
+        assert_eq!(commit("b", 1), Some(ResponseError::UnknownMemberId));
+        assert_eq!(commit("", -1), Some(ResponseError::UnknownMemberId));
+
+        assert_eq!(groups.check_fetcher("g", Some("a"), 1), None);
+        assert_eq!(groups.check_fetcher("g", None, -1), None);
+        assert_eq!(
+            groups.check_fetcher("g", Some("a"), 0),
+            Some(ResponseError::StaleMemberEpoch)
+        );
+        assert_eq!(
+            groups.check_fetcher("g", Some("b"), 1),
+            Some(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(groups.check_fetcher("classic", Some("b"), 1), None);
+
+        let listed = groups.list_consumer();
+        assert_eq!(listed, vec![("g".to_string(), "Stable")]);
+        assert_eq!(groups.delete_group("g"), Some(ResponseError::NonEmptyGroup));
+        // The member leaves; the group is empty and takes tool commits.
+        let mut leave = joining("a");
+        leave.member_epoch = -1;
+        groups.consumer_heartbeat(&ctx.topics, "g", leave);
+        assert_eq!(commit("", -1), None);
+        assert_eq!(
+            groups.committed("g").unwrap()[&("t".to_string(), 0)].offset,
+            5
+        );
+    }
+
+    #[test]
+    fn a_consumer_group_stays_one_across_a_restart_with_its_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ctx = crate::api::tests::context(dir.path());
+            ctx.topics.create("t", 2, 1, Map::new(), false).unwrap();
+            let a = ctx
+                .groups
+                .consumer_heartbeat(&ctx.topics, "g", joining("a"));
+            let c = Committer {
+                member_id: "a",
+                instance_id: None,
+                generation: a.member_epoch,
+            };
+            assert_eq!(
+                ctx.groups.commit(&ctx.topics, "g", c, vec![offset(1, 9)])[0],
+                None
+            );
+        }
+        let ctx = crate::api::tests::context(dir.path());
+        assert!(ctx.groups.is_consumer_group("g"));
+        assert_eq!(
+            ctx.groups.committed("g").unwrap()[&("t".to_string(), 1)].offset,
+            9
+        );
+        // The old member is unknown now and joins again, at a later epoch than before.
+        let mut hb = joining("a");
+        hb.member_epoch = 1;
+        let r = ctx.groups.consumer_heartbeat(&ctx.topics, "g", hb);
+        assert_eq!(r.error.unwrap().0, ResponseError::UnknownMemberId);
+        let again = ctx
+            .groups
+            .consumer_heartbeat(&ctx.topics, "g", joining("a"));
+        assert_eq!(again.member_epoch, 2);
+    }
 }
