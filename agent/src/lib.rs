@@ -236,7 +236,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Run { file, no_watch } => run(&file, registry, !no_watch),
         Command::Convert { file } => convert(&file, &registry),
         Command::Broker { config } => broker(config.as_deref()),
-        Command::Topics(args) => tool(tools::topics::run(args)),
+        Command::Topics(args) => tools::topics::main(args),
         Command::Groups(args) => tool(tools::groups::run(args)),
         Command::Transactions(args) => tool(tools::transactions::run(args)),
         Command::Acls(args) => tool(tools::acls::run(args)),
@@ -272,10 +272,13 @@ fn dump_log_segments(files: &[PathBuf], print_data_log: bool, verify: bool) -> a
     Ok(())
 }
 
-/// Exit status of a tool: 0, or 1 with the error on standard error.
+/// Exit status of a tool: 0 (also when standard output was closed by its reader), or 1 with
+/// the error on standard error.
 fn tool(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `agent ... | head`: the reader closed the pipe, having read what it wanted.
+        Err(e) if tools::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

@@ -88,6 +88,16 @@ impl ClusterArgs {
     }
 }
 
+/// Whether `error` comes from writing to a closed pipe (`agent ... | head`): the reader has
+/// all it wants, so the tool ends quietly with exit status 0.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Splits `key=value`.
 fn split_property(pair: &str) -> anyhow::Result<(&str, &str)> {
     match pair.split_once('=') {
