@@ -276,3 +276,230 @@ fn a_closed_pipe_ends_a_tool_quietly() {
     assert!(!stderr.to_lowercase().contains("broken pipe"), "{stderr}");
     assert_eq!(stderr, "");
 }
+
+/// `agent broker ARGS...` in `dir`, stopped with SIGTERM (and waited for) when dropped.
+struct Broker(std::process::Child);
+
+impl Broker {
+    fn start(dir: &std::path::Path, args: &[&str]) -> Broker {
+        let child = Command::new(env!("CARGO_BIN_EXE_agent"))
+            .arg("broker")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("broker.log")).unwrap())
+            .spawn()
+            .unwrap();
+        Broker(child)
+    }
+
+    fn stop(&mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            Signal::SIGTERM,
+        )
+        .unwrap();
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for_listener(address: &str) {
+    harness::wait_until(Duration::from_secs(30), "the broker to listen", || {
+        std::net::TcpStream::connect(address).is_ok()
+    });
+}
+
+#[test]
+fn broker_takes_listen_and_data_dir_flags_and_either_kind_of_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("settings.yaml");
+    // The file's listener and directory are overridden by the flags.
+    std::fs::write(
+        &settings,
+        "listen: 127.0.0.1:1\ndata_dir: ./from-file\nnum_partitions: 3\n",
+    )
+    .unwrap();
+    assert_eq!(
+        ok(&["validate", settings.to_str().unwrap()]),
+        format!("{}: ok (broker settings)\n", settings.display())
+    );
+    let bad = dir.path().join("bad-settings.yaml");
+    std::fs::write(&bad, "listen: 127.0.0.1:1\nnum_partitons: 3\n").unwrap();
+    let refused = run(&["validate", bad.to_str().unwrap()], None);
+    assert_eq!(refused.status.code(), Some(2));
+    let shown = String::from_utf8_lossy(&refused.stderr);
+    assert!(shown.contains("num_partitons"), "{shown}");
+
+    let port = harness::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let data = dir.path().join("from-flag");
+    let mut broker = Broker::start(
+        dir.path(),
+        &[
+            "--config",
+            settings.to_str().unwrap(),
+            "--listen",
+            &address,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+    );
+    wait_for_listener(&address);
+    ok(&strs(&topics(
+        &address,
+        &["--create", "--topic", "flagged"],
+    )));
+    let described = ok(&strs(&topics(
+        &address,
+        &["--describe", "--topic", "flagged"],
+    )));
+    assert!(described.contains("\tPartitionCount: 1\t"), "{described}");
+    assert!(broker.stop().success());
+    assert!(data.join("flagged-0").is_dir());
+    assert!(!dir.path().join("from-file").exists());
+
+    // A pipeline file: its `broker:` section (num_partitions 3 applies to auto-created topics).
+    let port = harness::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let pipeline = dir.path().join("pipeline.yaml");
+    std::fs::write(
+        &pipeline,
+        format!("broker:\n  listen: {address}\n  data_dir: ./piped\n  num_partitions: 3\n"),
+    )
+    .unwrap();
+    let mut broker = Broker::start(dir.path(), &["--config", pipeline.to_str().unwrap()]);
+    wait_for_listener(&address);
+    let produced = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            &address,
+            "--topic",
+            "auto",
+        ],
+        Some(b"one\n"),
+    );
+    assert!(produced.status.success(), "{produced:?}");
+    let described = ok(&strs(&topics(&address, &["--describe", "--topic", "auto"])));
+    assert!(described.contains("\tPartitionCount: 3\t"), "{described}");
+    assert!(broker.stop().success());
+    assert!(dir.path().join("piped/auto-0").is_dir());
+
+    // The shipped pipeline file is taken too.
+    let shipped = harness::repo_root().join("pipelines/chain/broker.yaml");
+    assert!(
+        ok(&["validate", shipped.to_str().unwrap()]).ends_with(": ok\n"),
+        "a pipeline file stays a pipeline file"
+    );
+}
+
+#[test]
+fn console_consumer_prints_as_kafkas_default_message_formatter() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    let produced = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "formatted",
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+        ],
+        Some(b"k0:v0\nk1:v1\n"),
+    );
+    assert!(produced.status.success(), "{produced:?}");
+    let consume = |extra: &[&str]| {
+        let mut args = vec![
+            "console-consumer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "formatted",
+            "--from-beginning",
+            "--max-messages",
+            "2",
+            "--timeout-ms",
+            "20000",
+        ];
+        args.extend_from_slice(extra);
+        run(&args, None)
+    };
+    let out = consume(&[
+        "--formatter",
+        "kafka.tools.DefaultMessageFormatter",
+        "--isolation-level",
+        "read_uncommitted",
+        "--property",
+        "print.timestamp=true",
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.key=true",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for (i, line) in lines.iter().enumerate() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 6, "{line}");
+        let time = fields[0].strip_prefix("CreateTime:").unwrap();
+        assert!(time.parse::<i64>().unwrap() > 1_600_000_000_000, "{line}");
+        assert_eq!(
+            &fields[1..],
+            &[
+                "Partition:0",
+                &format!("Offset:{i}"),
+                "NO_HEADERS",
+                &format!("k{i}"),
+                &format!("v{i}")
+            ]
+        );
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "Processed a total of 2 messages\n"
+    );
+    // key.separator applies between every field.
+    let out = consume(&[
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.key=true",
+        "--property",
+        "key.separator= | ",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Offset:0 | k0 | v0\nOffset:1 | k1 | v1\n"
+    );
+    let refused = consume(&["--formatter", "kafka.tools.LoggingMessageFormatter"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("DefaultMessageFormatter"),
+        "{refused:?}"
+    );
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}

@@ -46,6 +46,115 @@ impl LineFormat {
     }
 }
 
+/// What `agent console-consumer` prints of each record, as Kafka's `DefaultMessageFormatter`
+/// (`--property print.timestamp=true` ...): timestamp, partition, offset, headers, key and
+/// value, in that order, each but the value followed by `key.separator`.
+#[derive(Debug)]
+struct RecordFormat {
+    timestamp: bool,
+    partition: bool,
+    offset: bool,
+    headers: bool,
+    key: bool,
+    value: bool,
+    separator: String,
+    line_separator: String,
+    headers_separator: String,
+}
+
+/// The formatters `--formatter` accepts: Kafka's default one, under its old and new names.
+const DEFAULT_FORMATTERS: [&str; 2] = [
+    "kafka.tools.DefaultMessageFormatter",
+    "org.apache.kafka.tools.consumer.DefaultMessageFormatter",
+];
+
+impl RecordFormat {
+    fn from_properties(properties: &[String]) -> anyhow::Result<Self> {
+        let mut format = RecordFormat {
+            timestamp: false,
+            partition: false,
+            offset: false,
+            headers: false,
+            key: false,
+            value: true,
+            separator: "\t".into(),
+            line_separator: "\n".into(),
+            headers_separator: ",".into(),
+        };
+        for pair in properties {
+            let (k, v) = split_property(pair)?;
+            let on = || v.trim().eq_ignore_ascii_case("true");
+            match k {
+                "print.timestamp" => format.timestamp = on(),
+                "print.partition" => format.partition = on(),
+                "print.offset" => format.offset = on(),
+                "print.headers" => format.headers = on(),
+                "print.key" => format.key = on(),
+                "print.value" => format.value = on(),
+                "key.separator" => format.separator = v.to_owned(),
+                "line.separator" => format.line_separator = v.to_owned(),
+                "headers.separator" => format.headers_separator = v.to_owned(),
+                other => bail!(
+                    "unknown --property `{other}` (known: print.timestamp, print.partition, \
+                     print.offset, print.headers, print.key, print.value, key.separator, \
+                     line.separator, headers.separator)"
+                ),
+            }
+        }
+        Ok(format)
+    }
+
+    fn write(
+        &self,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+        out: &mut impl Write,
+    ) -> std::io::Result<()> {
+        use rdkafka::message::{Headers as _, Timestamp};
+        let sep = self.separator.as_bytes();
+        if self.timestamp {
+            match message.timestamp() {
+                Timestamp::NotAvailable => out.write_all(b"NO_TIMESTAMP")?,
+                Timestamp::CreateTime(t) => write!(out, "CreateTime:{t}")?,
+                Timestamp::LogAppendTime(t) => write!(out, "LogAppendTime:{t}")?,
+            }
+            out.write_all(sep)?;
+        }
+        if self.partition {
+            write!(out, "Partition:{}", message.partition())?;
+            out.write_all(sep)?;
+        }
+        if self.offset {
+            write!(out, "Offset:{}", message.offset())?;
+            out.write_all(sep)?;
+        }
+        if self.headers {
+            match message.headers().filter(|h| h.count() > 0) {
+                None => out.write_all(b"NO_HEADERS")?,
+                Some(headers) => {
+                    for (i, header) in headers.iter().enumerate() {
+                        if i > 0 {
+                            out.write_all(self.headers_separator.as_bytes())?;
+                        }
+                        out.write_all(header.key.as_bytes())?;
+                        out.write_all(b":")?;
+                        out.write_all(header.value.unwrap_or(b"null"))?;
+                    }
+                }
+            }
+            out.write_all(sep)?;
+        }
+        if self.key {
+            out.write_all(message.key().unwrap_or(b"null"))?;
+            out.write_all(sep)?;
+        }
+        if self.value {
+            out.write_all(message.payload().unwrap_or(b"null"))?;
+            out.write_all(self.line_separator.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
 /// Flags of `agent console-producer`.
 #[derive(Args, Debug)]
 pub struct ProducerArgs {
@@ -169,18 +278,40 @@ pub struct ConsumerArgs {
     /// Exit when no record arrived for this many milliseconds.
     #[arg(long = "timeout-ms")]
     timeout_ms: Option<u64>,
-    /// `print.key=true` prints the key and `key.separator` before each value.
+    /// What to print besides the value, as Kafka's DefaultMessageFormatter: `print.timestamp`,
+    /// `print.partition`, `print.offset`, `print.headers`, `print.key`, `print.value` (each
+    /// `true`/`false`), `key.separator` (a tab), `line.separator`, `headers.separator` (`,`).
     #[arg(long = "property", value_name = "KEY=VALUE")]
     properties: Vec<String>,
     /// A librdkafka consumer property `key=value` (e.g. `isolation.level=read_uncommitted`).
     #[arg(long = "consumer-property", value_name = "KEY=VALUE")]
     consumer_properties: Vec<String>,
+    /// `read_committed` (the default, as librdkafka) or `read_uncommitted`.
+    #[arg(long = "isolation-level", value_parser = ["read_committed", "read_uncommitted"])]
+    isolation_level: Option<String>,
+    /// The message formatter: only Kafka's default one is known
+    /// (`kafka.tools.DefaultMessageFormatter` or
+    /// `org.apache.kafka.tools.consumer.DefaultMessageFormatter`).
+    #[arg(long)]
+    formatter: Option<String>,
 }
 
 /// Runs `agent console-consumer`: prints each record's value on its own line.
 pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
-    let format = LineFormat::from_properties(&args.properties, "print.key")?;
+    if let Some(formatter) = &args.formatter
+        && !DEFAULT_FORMATTERS.contains(&formatter.as_str())
+    {
+        bail!(
+            "--formatter {formatter}: unknown; only {} (or {}) is known",
+            DEFAULT_FORMATTERS[0],
+            DEFAULT_FORMATTERS[1]
+        );
+    }
+    let format = RecordFormat::from_properties(&args.properties)?;
     let mut config = args.cluster.client_config(&[])?;
+    if let Some(level) = &args.isolation_level {
+        config.set("isolation.level", level);
+    }
     config.set("enable.auto.commit", "false");
     config.set("group.id", "agent-console-consumer");
     for pair in &args.consumer_properties {
@@ -256,7 +387,7 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
 fn print_records(
     consumer: &BaseConsumer,
     args: &ConsumerArgs,
-    format: &LineFormat,
+    format: &RecordFormat,
 ) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut count = 0u64;
@@ -272,12 +403,7 @@ fn print_records(
             }
             Some(Err(error)) => bail!("consuming {}: {error}", args.topic),
             Some(Ok(message)) => {
-                if format.key {
-                    out.write_all(message.key().unwrap_or(b"null"))?;
-                    out.write_all(format.separator.as_bytes())?;
-                }
-                out.write_all(message.payload().unwrap_or(b"null"))?;
-                out.write_all(b"\n")?;
+                format.write(&message, &mut out)?;
                 if args.group.is_some() {
                     consumer
                         .store_offset_from_message(&message)

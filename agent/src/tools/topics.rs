@@ -215,13 +215,13 @@ pub fn run(args: TopicsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     // --describe, --alter and --delete of a --topic that matches nothing.
-    if topics.is_empty() {
-        if let Some(topic) = &args.topic {
-            if args.if_exists {
-                return Ok(());
-            }
-            bail!("Topic '{topic}' does not exist as expected");
+    if topics.is_empty()
+        && let Some(topic) = &args.topic
+    {
+        if args.if_exists {
+            return Ok(());
         }
+        bail!("Topic '{topic}' does not exist as expected");
     }
     if args.describe {
         describe(
