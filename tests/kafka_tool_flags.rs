@@ -490,12 +490,129 @@ fn console_consumer_prints_as_kafkas_default_message_formatter() {
         String::from_utf8_lossy(&out.stdout),
         "Offset:0 | k0 | v0\nOffset:1 | k1 | v1\n"
     );
+    // A group member idle past the auto-commit interval (5 s) has nothing left to commit at
+    // the end: it still ends with exit 0, and a second run has nothing new to read.
+    let group = |timeout: &str| {
+        run(
+            &[
+                "console-consumer",
+                "--bootstrap-server",
+                b,
+                "--topic",
+                "formatted",
+                "--group",
+                "readers",
+                "--from-beginning",
+                "--timeout-ms",
+                timeout,
+            ],
+            None,
+        )
+    };
+    let first = group("6500");
+    assert!(first.status.success(), "{first:?}");
+    assert_eq!(String::from_utf8_lossy(&first.stdout), "v0\nv1\n");
+    assert_eq!(
+        String::from_utf8_lossy(&first.stderr),
+        "Processed a total of 2 messages\n"
+    );
+    let second = group("3000");
+    assert!(second.status.success(), "{second:?}");
+    assert_eq!(String::from_utf8_lossy(&second.stdout), "");
     let refused = consume(&["--formatter", "kafka.tools.LoggingMessageFormatter"]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("DefaultMessageFormatter"),
         "{refused:?}"
     );
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn console_producer_takes_kafkas_flags_and_keeps_the_lines_before_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    // The consumer waits for a topic that does not exist yet.
+    let waiting = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args([
+            "console-consumer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "later",
+            "--from-beginning",
+            "--max-messages",
+            "2",
+            "--timeout-ms",
+            "30000",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let producer = |extra: &[&str], input: &[u8]| {
+        let mut args = vec!["console-producer", "--broker-list", b, "--topic", "later"];
+        args.extend_from_slice(extra);
+        run(&args, Some(input))
+    };
+    let bad = producer(
+        &[
+            "--request-required-acks",
+            "all",
+            "--sync",
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+        ],
+        b"k1:one\nk2:two\nno separator here\nk4:four\n",
+    );
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("No key separator found on line number 3: 'no separator here'"),
+        "{bad:?}"
+    );
+    let out = waiting.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\ntwo\n");
+
+    // ignore.error: the line without separator is a value without key.
+    let ignored = producer(
+        &[
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+            "--property",
+            "ignore.error=true",
+        ],
+        b"plain line\nk6:six\n",
+    );
+    assert!(ignored.status.success(), "{ignored:?}");
+    let out = ok(&[
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "later",
+        "--from-beginning",
+        "--max-messages",
+        "4",
+        "--timeout-ms",
+        "20000",
+        "--property",
+        "print.key=true",
+    ]);
+    assert_eq!(out, "k1\tone\nk2\ttwo\nnull\tplain line\nk6\tsix\n");
     broker.signal(Signal::SIGTERM);
     assert!(
         broker.wait(Duration::from_secs(30)).success(),

@@ -24,6 +24,8 @@ struct LineFormat {
     key: bool,
     /// `key.separator`, a tab by default.
     separator: String,
+    /// `ignore.error`: a line without the key separator becomes a value without key.
+    ignore_error: bool,
 }
 
 impl LineFormat {
@@ -31,15 +33,18 @@ impl LineFormat {
         let mut format = LineFormat {
             key: false,
             separator: "\t".into(),
+            ignore_error: false,
         };
         for pair in properties {
             let (k, v) = split_property(pair)?;
             match k {
                 _ if k == key_property => format.key = v.eq_ignore_ascii_case("true"),
                 "key.separator" => format.separator = v.to_owned(),
-                other => {
-                    bail!("unknown --property `{other}` (known: {key_property}, key.separator)")
-                }
+                "ignore.error" => format.ignore_error = v.eq_ignore_ascii_case("true"),
+                other => bail!(
+                    "unknown --property `{other}` (known: {key_property}, key.separator, \
+                     ignore.error)"
+                ),
             }
         }
         Ok(format)
@@ -172,6 +177,12 @@ pub struct ProducerArgs {
     /// Compression: none, gzip, snappy, lz4 or zstd.
     #[arg(long = "compression-codec", default_value = "none")]
     compression_codec: String,
+    /// The acknowledgement each request waits for (Kafka's `acks`): `all`, `-1`, `0` or `1`.
+    #[arg(long = "request-required-acks", value_name = "ACKS")]
+    request_required_acks: Option<String>,
+    /// Send each record on its own and wait for its acknowledgement before the next line.
+    #[arg(long)]
+    sync: bool,
 }
 
 /// Counts deliveries and keeps the first failure.
@@ -197,11 +208,44 @@ impl ProducerContext for Deliveries {
 /// Runs `agent console-producer`: every line of standard input becomes one record.
 pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
     let format = LineFormat::from_properties(&args.properties, "parse.key")?;
-    let mut config = args.cluster.client_config(&args.producer_properties)?;
+    let mut config = args.cluster.client_config(&[])?;
     config.set("compression.codec", &args.compression_codec);
+    if let Some(acks) = &args.request_required_acks {
+        config.set("acks", acks);
+    }
+    for pair in &args.producer_properties {
+        let (k, v) = split_property(pair)?;
+        config.set(k, v);
+    }
     let producer: BaseProducer<Deliveries> = config
         .create_with_context(Deliveries::default())
         .context("creating the producer")?;
+    // A bad line ends the input, but the lines before it are still delivered.
+    let sent = send_lines(&producer, &args, &format);
+    let flushed = producer
+        .flush(REQUEST_TIMEOUT)
+        .context("waiting for the last records to be acknowledged");
+    sent?;
+    flushed?;
+    let context = producer.context();
+    let failed = context.failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        let first = context
+            .first_error
+            .lock()
+            .map(|e| e.clone().unwrap_or_default())
+            .unwrap_or_default();
+        bail!("{failed} records were not delivered; first error: {first}");
+    }
+    Ok(())
+}
+
+/// Sends every line of standard input; stops at the first bad one (unless `ignore.error`).
+fn send_lines(
+    producer: &BaseProducer<Deliveries>,
+    args: &ProducerArgs,
+    format: &LineFormat,
+) -> anyhow::Result<()> {
     let stdin = std::io::stdin().lock();
     for (n, line) in stdin.split(b'\n').enumerate() {
         let line = line.context("reading standard input")?;
@@ -210,10 +254,12 @@ pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
             let sep = format.separator.as_bytes();
             match line.windows(sep.len()).position(|w| w == sep) {
                 Some(at) => (Some(&line[..at]), &line[at + sep.len()..]),
+                // As Kafka: the whole line becomes the value.
+                None if format.ignore_error => (None, line),
                 None => bail!(
-                    "line {}: no key separator {:?} (parse.key=true)",
+                    "No key separator found on line number {}: '{}'",
                     n + 1,
-                    format.separator
+                    String::from_utf8_lossy(line)
                 ),
             }
         } else {
@@ -234,19 +280,11 @@ pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
             }
         }
         producer.poll(Duration::ZERO);
-    }
-    producer
-        .flush(REQUEST_TIMEOUT)
-        .context("waiting for the last records to be acknowledged")?;
-    let context = producer.context();
-    let failed = context.failed.load(Ordering::Relaxed);
-    if failed > 0 {
-        let first = context
-            .first_error
-            .lock()
-            .map(|e| e.clone().unwrap_or_default())
-            .unwrap_or_default();
-        bail!("{failed} records were not delivered; first error: {first}");
+        if args.sync {
+            producer
+                .flush(REQUEST_TIMEOUT)
+                .with_context(|| format!("line {}: waiting for its acknowledgement", n + 1))?;
+        }
     }
     Ok(())
 }
@@ -358,20 +396,14 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
     }
     let partitions: Vec<i32> = match args.partition {
         Some(p) => vec![p],
-        None => {
-            let metadata = consumer
-                .fetch_metadata(Some(&args.topic), REQUEST_TIMEOUT)
-                .context("fetching metadata")?;
-            let topic = metadata
-                .topics()
-                .iter()
-                .find(|t| t.name() == args.topic)
-                .with_context(|| format!("topic {} not found", args.topic))?;
-            if let Some(error) = topic.error() {
-                bail!("topic {}: {}", args.topic, RDKafkaErrorCode::from(error));
+        None => match wait_for_partitions(&consumer, &args)? {
+            Some(partitions) => partitions,
+            // --timeout-ms passed before the topic appeared.
+            None => {
+                eprintln!("Processed a total of 0 messages");
+                return Ok(());
             }
-            topic.partitions().iter().map(|p| p.id()).collect()
-        }
+        },
     };
     let mut assignment = TopicPartitionList::new();
     for p in partitions {
@@ -381,6 +413,34 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
         .assign(&assignment)
         .context("assigning partitions")?;
     print_records(&consumer, &args, &format)
+}
+
+/// The partitions of `--topic`, waiting (as Kafka's console consumer does) for a topic that
+/// does not exist yet; `None` when `--timeout-ms` passes first.
+fn wait_for_partitions(
+    consumer: &BaseConsumer,
+    args: &ConsumerArgs,
+) -> anyhow::Result<Option<Vec<i32>>> {
+    let started = Instant::now();
+    let limit = args.timeout_ms.map(Duration::from_millis);
+    loop {
+        let metadata = consumer
+            .fetch_metadata(Some(&args.topic), REQUEST_TIMEOUT)
+            .context("fetching metadata")?;
+        if let Some(topic) = metadata.topics().iter().find(|t| t.name() == args.topic) {
+            match topic.error().map(RDKafkaErrorCode::from) {
+                None if !topic.partitions().is_empty() => {
+                    return Ok(Some(topic.partitions().iter().map(|p| p.id()).collect()));
+                }
+                None | Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {}
+                Some(error) => bail!("topic {}: {error}", args.topic),
+            }
+        }
+        if limit.is_some_and(|limit| started.elapsed() >= limit) {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Prints records until `--max-messages` or `--timeout-ms`; with a group, commits at the end.
@@ -401,6 +461,16 @@ fn print_records(
                     break;
                 }
             }
+            // A subscribed topic that does not exist yet: wait for it, as Kafka's consumer.
+            Some(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
+            ))) => {
+                out.flush()?;
+                if idle_limit.is_some_and(|limit| last.elapsed() >= limit) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
             Some(Err(error)) => bail!("consuming {}: {error}", args.topic),
             Some(Ok(message)) => {
                 format.write(&message, &mut out)?;
@@ -417,9 +487,11 @@ fn print_records(
     out.flush()?;
     if args.group.is_some() && count > 0 {
         out.flush()?;
-        consumer
-            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
-            .context("committing the group's offsets")?;
+        match consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync) {
+            // Every printed record's offset was committed already (auto-commit).
+            Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => return Err(e).context("committing the group's offsets"),
+        }
     }
     eprintln!("Processed a total of {count} messages");
     Ok(())
