@@ -620,3 +620,65 @@ fn console_producer_takes_kafkas_flags_and_keeps_the_lines_before_a_bad_one() {
         broker.log()
     );
 }
+
+#[test]
+fn console_consumer_stops_on_sigterm_committing_and_counting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    let produced = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "signalled",
+        ],
+        Some(b"a\nb\nc\n"),
+    );
+    assert!(produced.status.success(), "{produced:?}");
+    let consumer_args = [
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "signalled",
+        "--group",
+        "stoppers",
+        "--from-beginning",
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(consumer_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = String::new();
+    for _ in 0..3 {
+        reader.read_line(&mut lines).unwrap();
+    }
+    assert_eq!(lines, "a\nb\nc\n");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "Processed a total of 3 messages\n"
+    );
+    // The offsets were committed: the group has nothing new to read.
+    let mut again = consumer_args.to_vec();
+    again.extend(["--timeout-ms", "3000"]);
+    assert_eq!(ok(&again), "");
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}

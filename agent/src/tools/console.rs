@@ -443,17 +443,45 @@ fn wait_for_partitions(
     }
 }
 
-/// Prints records until `--max-messages` or `--timeout-ms`; with a group, commits at the end.
+/// A flag set by the first SIGINT or SIGTERM: the consumer then stops as after
+/// `--max-messages` (commits, leaves its group, prints its count) rather than dying.
+fn stop_on_signals() -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rt = super::runtime()?;
+    // Registered here, before the first record is read.
+    let (mut interrupt, mut terminate) = rt.block_on(async {
+        Ok::<_, std::io::Error>((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    })?;
+    let flag = std::sync::Arc::clone(&stop);
+    std::thread::spawn(move || {
+        rt.block_on(async {
+            tokio::select! {
+                _ = interrupt.recv() => {},
+                _ = terminate.recv() => {},
+            }
+        });
+        flag.store(true, Ordering::Relaxed);
+    });
+    Ok(stop)
+}
+
+/// Prints records until `--max-messages`, `--timeout-ms` or SIGINT/SIGTERM; with a group,
+/// commits at the end.
 fn print_records(
     consumer: &BaseConsumer,
     args: &ConsumerArgs,
     format: &RecordFormat,
 ) -> anyhow::Result<()> {
+    let stop = stop_on_signals()?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut count = 0u64;
     let idle_limit = args.timeout_ms.map(Duration::from_millis);
     let mut last = Instant::now();
-    while args.max_messages.is_none_or(|max| count < max) {
+    while args.max_messages.is_none_or(|max| count < max) && !stop.load(Ordering::Relaxed) {
         match consumer.poll(Duration::from_millis(100)) {
             None => {
                 out.flush()?;
