@@ -275,6 +275,29 @@ fn a_closed_pipe_ends_a_tool_quietly() {
     assert!(status.success(), "{status:?} {stderr}");
     assert!(!stderr.to_lowercase().contains("broken pipe"), "{stderr}");
     assert_eq!(stderr, "");
+
+    // Kafka's --deep-iteration and --offsets-decoder are taken; the records are always
+    // iterated, so the dump is the same.
+    let plain = ok(&[
+        "dump-log-segments",
+        "--files",
+        segment.to_str().unwrap(),
+        "--print-data-log",
+    ]);
+    let deep = ok(&[
+        "dump-log-segments",
+        "--files",
+        segment.to_str().unwrap(),
+        "--print-data-log",
+        "--deep-iteration",
+        "--offsets-decoder",
+    ]);
+    assert_eq!(deep, plain);
+    assert!(
+        deep.contains("| offset: 0 "),
+        "{}",
+        &deep[..deep.len().min(2000)]
+    );
 }
 
 /// `agent broker ARGS...` in `dir`, stopped with SIGTERM (and waited for) when dropped.
@@ -675,6 +698,39 @@ fn console_consumer_stops_on_sigterm_committing_and_counting() {
     let mut again = consumer_args.to_vec();
     again.extend(["--timeout-ms", "3000"]);
     assert_eq!(ok(&again), "");
+
+    // --reset-offsets --dry-run prints the plan and commits nothing; without --dry-run or
+    // --execute it warns, as Kafka does.
+    let reset = |extra: &[&str]| {
+        let mut args = vec![
+            "groups",
+            "--bootstrap-server",
+            b,
+            "--reset-offsets",
+            "--group",
+            "stoppers",
+            "--topic",
+            "signalled",
+            "--to-earliest",
+        ];
+        args.extend_from_slice(extra);
+        run(&args, None)
+    };
+    let dry = reset(&["--dry-run"]);
+    assert!(dry.status.success(), "{dry:?}");
+    let plan = String::from_utf8_lossy(&dry.stdout);
+    assert!(plan.trim_start().starts_with("GROUP"), "{plan}");
+    assert!(plan.contains("signalled"), "{plan}");
+    assert_eq!(String::from_utf8_lossy(&dry.stderr), "");
+    assert_eq!(ok(&again), "", "a dry run commits nothing");
+    let implicit = reset(&[]);
+    assert!(implicit.status.success(), "{implicit:?}");
+    assert!(
+        String::from_utf8_lossy(&implicit.stderr)
+            .starts_with("WARN: No action will be performed as the --execute option is missing."),
+        "{implicit:?}"
+    );
+    assert!(!reset(&["--dry-run", "--execute"]).status.success());
     broker.signal(Signal::SIGTERM);
     assert!(
         broker.wait(Duration::from_secs(30)).success(),

@@ -147,6 +147,14 @@ enum Command {
         /// after it; exits 1 when any is found.
         #[arg(long)]
         verify: bool,
+        /// Kafka's flag to iterate the records inside each batch: taken, and nothing more,
+        /// since the records are always iterated.
+        #[arg(long = "deep-iteration")]
+        deep_iteration: bool,
+        /// Kafka's flag to decode `__consumer_offsets` records: taken, and nothing more, since
+        /// the bundled broker keeps group offsets in its metadata database, not in a topic.
+        #[arg(long = "offsets-decoder")]
+        offsets_decoder: bool,
     },
     /// Lists the damaged ranges of a stopped broker's data directory (every CRC checked) and,
     /// with --execute, removes them; the other batches keep their offsets.
@@ -261,6 +269,8 @@ pub fn main_with(registry: Registry) -> ExitCode {
             files,
             print_data_log,
             verify,
+            deep_iteration: _,
+            offsets_decoder: _,
         } => tool(dump_log_segments(&files, print_data_log, verify)),
         Command::LogRepair(args) => tool(tools::log_repair::run(args)),
     }

@@ -49,6 +49,10 @@ pub struct GroupsArgs {
     /// Apply the reset (without it, only the plan is printed).
     #[arg(long)]
     execute: bool,
+    /// With --reset-offsets: only print the plan, committing nothing (the default, said
+    /// explicitly as Kafka asks scripts to).
+    #[arg(long = "dry-run", conflicts_with = "execute")]
+    dry_run: bool,
 }
 
 /// Runs `agent groups`.
@@ -299,6 +303,12 @@ fn reset(args: &GroupsArgs, group: &str, out: &mut impl Write) -> anyhow::Result
             p.to_string(),
             target.to_string(),
         ]);
+    }
+    if !args.execute && !args.dry_run {
+        eprintln!(
+            "WARN: No action will be performed as the --execute option is missing. \
+             You should add the --dry-run option explicitly if you are scripting this command."
+        );
     }
     if args.execute {
         consumer
