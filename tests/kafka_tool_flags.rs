@@ -636,6 +636,40 @@ fn console_producer_takes_kafkas_flags_and_keeps_the_lines_before_a_bad_one() {
         "print.key=true",
     ]);
     assert_eq!(out, "k1\tone\nk2\ttwo\nnull\tplain line\nk6\tsix\n");
+
+    // parse.headers, with Kafka's defaults: `h1:v1,h2:v2<TAB>key<TAB>value`.
+    let with_headers = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "headed",
+            "--property",
+            "parse.headers=true",
+            "--property",
+            "parse.key=true",
+        ],
+        Some(b"h1:v1,h2:v2\tk\tvalue\n"),
+    );
+    assert!(with_headers.status.success(), "{with_headers:?}");
+    let out = ok(&[
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "headed",
+        "--from-beginning",
+        "--max-messages",
+        "1",
+        "--timeout-ms",
+        "20000",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.key=true",
+    ]);
+    assert_eq!(out, "h1:v1,h2:v2\tk\tvalue\n");
     broker.signal(Signal::SIGTERM);
     assert!(
         broker.wait(Duration::from_secs(30)).success(),

@@ -26,6 +26,32 @@ struct LineFormat {
     separator: String,
     /// `ignore.error`: a line without the key separator becomes a value without key.
     ignore_error: bool,
+    /// `parse.headers`: each line starts with headers, then `headers.delimiter`.
+    headers: bool,
+    /// `headers.delimiter` (a tab), `headers.separator` (`,`), `headers.key.separator` (`:`).
+    headers_delimiter: String,
+    headers_separator: String,
+    headers_key_separator: String,
+}
+
+/// `bytes` split at every `sep`.
+fn split_all<'a>(bytes: &'a [u8], sep: &[u8]) -> Vec<&'a [u8]> {
+    let mut parts = Vec::new();
+    let mut rest = bytes;
+    while let Some(i) = find(rest, sep) {
+        parts.push(&rest[..i]);
+        rest = &rest[i + sep.len()..];
+    }
+    parts.push(rest);
+    parts
+}
+
+/// Where `needle` starts in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return None;
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 impl LineFormat {
@@ -34,6 +60,10 @@ impl LineFormat {
             key: false,
             separator: "\t".into(),
             ignore_error: false,
+            headers: false,
+            headers_delimiter: "\t".into(),
+            headers_separator: ",".into(),
+            headers_key_separator: ":".into(),
         };
         for pair in properties {
             let (k, v) = split_property(pair)?;
@@ -41,9 +71,16 @@ impl LineFormat {
                 _ if k == key_property => format.key = v.eq_ignore_ascii_case("true"),
                 "key.separator" => format.separator = v.to_owned(),
                 "ignore.error" => format.ignore_error = v.eq_ignore_ascii_case("true"),
+                "parse.headers" if key_property == "parse.key" => {
+                    format.headers = v.eq_ignore_ascii_case("true");
+                }
+                "headers.delimiter" => format.headers_delimiter = v.to_owned(),
+                "headers.separator" => format.headers_separator = v.to_owned(),
+                "headers.key.separator" => format.headers_key_separator = v.to_owned(),
                 other => bail!(
                     "unknown --property `{other}` (known: {key_property}, key.separator, \
-                     ignore.error)"
+                     ignore.error, parse.headers, headers.delimiter, headers.separator, \
+                     headers.key.separator)"
                 ),
             }
         }
@@ -250,6 +287,40 @@ fn send_lines(
     for (n, line) in stdin.split(b'\n').enumerate() {
         let line = line.context("reading standard input")?;
         let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        let mut headers = rdkafka::message::OwnedHeaders::new();
+        let line = if format.headers {
+            match find(line, format.headers_delimiter.as_bytes()) {
+                Some(at) => {
+                    for pair in split_all(&line[..at], format.headers_separator.as_bytes()) {
+                        if pair.is_empty() {
+                            continue;
+                        }
+                        let ksep = format.headers_key_separator.as_bytes();
+                        let Some(i) = find(pair, ksep) else {
+                            bail!(
+                                "No header key separator found in pair '{}' on line number {}",
+                                String::from_utf8_lossy(pair),
+                                n + 1
+                            );
+                        };
+                        let key = String::from_utf8_lossy(&pair[..i]).into_owned();
+                        headers = headers.insert(rdkafka::message::Header {
+                            key: &key,
+                            value: Some(&pair[i + ksep.len()..]),
+                        });
+                    }
+                    &line[at + format.headers_delimiter.len()..]
+                }
+                None if format.ignore_error => line,
+                None => bail!(
+                    "No headers delimiter found on line number {}: '{}'",
+                    n + 1,
+                    String::from_utf8_lossy(line)
+                ),
+            }
+        } else {
+            line
+        };
         let (key, value) = if format.key {
             let sep = format.separator.as_bytes();
             match line.windows(sep.len()).position(|w| w == sep) {
@@ -266,6 +337,9 @@ fn send_lines(
             (None, line)
         };
         let mut record = BaseRecord::<[u8], [u8]>::to(&args.topic).payload(value);
+        if format.headers {
+            record = record.headers(headers);
+        }
         if let Some(key) = key {
             record = record.key(key);
         }
