@@ -670,6 +670,27 @@ fn console_producer_takes_kafkas_flags_and_keeps_the_lines_before_a_bad_one() {
         "print.key=true",
     ]);
     assert_eq!(out, "h1:v1,h2:v2\tk\tvalue\n");
+
+    // --include: every topic whose whole name matches, without --group too.
+    let out = ok(&[
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--include",
+        "late.|head.*",
+        "--from-beginning",
+        "--max-messages",
+        "5",
+        "--timeout-ms",
+        "20000",
+    ]);
+    let mut values: Vec<&str> = out.lines().collect();
+    values.sort_unstable();
+    assert_eq!(
+        values,
+        ["one", "plain line", "six", "two", "value"],
+        "{out}"
+    );
     broker.signal(Signal::SIGTERM);
     assert!(
         broker.wait(Duration::from_secs(30)).success(),

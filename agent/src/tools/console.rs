@@ -369,8 +369,13 @@ pub struct ConsumerArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
     /// The topic to read.
-    #[arg(long)]
-    topic: String,
+    #[arg(long, required_unless_present = "include", conflicts_with = "include")]
+    topic: Option<String>,
+    /// Read every topic whose whole name matches this regular expression (as Kafka's
+    /// `--include`), also those created later; as a member of `--group`, or of a group
+    /// `console-consumer-<pid>` of its own without it.
+    #[arg(long, value_name = "REGEX", conflicts_with = "partition")]
+    include: Option<String>,
     /// Start at the earliest record rather than the end.
     #[arg(long = "from-beginning")]
     from_beginning: bool,
@@ -408,8 +413,22 @@ pub struct ConsumerArgs {
     formatter: Option<String>,
 }
 
+impl ConsumerArgs {
+    /// The topic read, or the `--include` pattern: what messages name.
+    fn label(&self) -> &str {
+        self.topic
+            .as_deref()
+            .or(self.include.as_deref())
+            .unwrap_or_default()
+    }
+}
+
 /// Runs `agent console-consumer`: prints each record's value on its own line.
-pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
+pub fn consume(mut args: ConsumerArgs) -> anyhow::Result<()> {
+    if args.include.is_some() && args.group.is_none() {
+        // A pattern subscription needs a group, as in Kafka (which picks a random one).
+        args.group = Some(format!("console-consumer-{}", std::process::id()));
+    }
     if let Some(formatter) = &args.formatter
         && !DEFAULT_FORMATTERS.contains(&formatter.as_str())
     {
@@ -452,8 +471,19 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
     }
     let consumer: BaseConsumer = config.create().context("creating the consumer")?;
     if args.group.is_some() {
+        let subscription = match (&args.include, &args.topic) {
+            // librdkafka takes a pattern as a topic starting with `^`.
+            (Some(include), _) => {
+                regex::Regex::new(include).with_context(|| {
+                    format!("--include `{include}` is not a regular expression")
+                })?;
+                format!("^({include})$")
+            }
+            (None, Some(topic)) => topic.clone(),
+            (None, None) => bail!("--topic or --include is required"),
+        };
         consumer
-            .subscribe(&[&args.topic])
+            .subscribe(&[&subscription])
             .context("joining the group")?;
         return print_records(&consumer, &args, &format);
     }
@@ -481,7 +511,7 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
     };
     let mut assignment = TopicPartitionList::new();
     for p in partitions {
-        assignment.add_partition_offset(&args.topic, p, start)?;
+        assignment.add_partition_offset(args.label(), p, start)?;
     }
     consumer
         .assign(&assignment)
@@ -499,15 +529,15 @@ fn wait_for_partitions(
     let limit = args.timeout_ms.map(Duration::from_millis);
     loop {
         let metadata = consumer
-            .fetch_metadata(Some(&args.topic), REQUEST_TIMEOUT)
+            .fetch_metadata(Some(args.label()), REQUEST_TIMEOUT)
             .context("fetching metadata")?;
-        if let Some(topic) = metadata.topics().iter().find(|t| t.name() == args.topic) {
+        if let Some(topic) = metadata.topics().iter().find(|t| t.name() == args.label()) {
             match topic.error().map(RDKafkaErrorCode::from) {
                 None if !topic.partitions().is_empty() => {
                     return Ok(Some(topic.partitions().iter().map(|p| p.id()).collect()));
                 }
                 None | Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {}
-                Some(error) => bail!("topic {}: {error}", args.topic),
+                Some(error) => bail!("topic {}: {error}", args.label()),
             }
         }
         if limit.is_some_and(|limit| started.elapsed() >= limit) {
@@ -573,7 +603,7 @@ fn print_records(
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
-            Some(Err(error)) => bail!("consuming {}: {error}", args.topic),
+            Some(Err(error)) => bail!("consuming {}: {error}", args.label()),
             Some(Ok(message)) => {
                 format.write(&message, &mut out)?;
                 if args.group.is_some() {
