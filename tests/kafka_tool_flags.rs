@@ -539,7 +539,7 @@ fn console_consumer_prints_as_kafkas_default_message_formatter() {
         String::from_utf8_lossy(&first.stderr),
         "Processed a total of 2 messages\n"
     );
-    let second = group("3000");
+    let second = group("10000");
     assert!(second.status.success(), "{second:?}");
     assert_eq!(String::from_utf8_lossy(&second.stdout), "");
     let refused = consume(&["--formatter", "kafka.tools.LoggingMessageFormatter"]);
@@ -751,7 +751,7 @@ fn console_consumer_stops_on_sigterm_committing_and_counting() {
     );
     // The offsets were committed: the group has nothing new to read.
     let mut again = consumer_args.to_vec();
-    again.extend(["--timeout-ms", "3000"]);
+    again.extend(["--timeout-ms", "10000"]);
     assert_eq!(ok(&again), "");
 
     // --reset-offsets --dry-run prints the plan and commits nothing; without --dry-run or
@@ -786,6 +786,41 @@ fn console_consumer_stops_on_sigterm_committing_and_counting() {
         "{implicit:?}"
     );
     assert!(!reset(&["--dry-run", "--execute"]).status.success());
+
+    // --shift-by moves the committed offset (3) back by 2, on the partitions of `topic:0`.
+    let shift = |spec: &str| {
+        run(
+            &[
+                "groups",
+                "--bootstrap-server",
+                b,
+                "--reset-offsets",
+                "--group",
+                "stoppers",
+                "--topic",
+                spec,
+                "--shift-by",
+                "-2",
+                "--execute",
+            ],
+            None,
+        )
+    };
+    assert!(!shift("signalled:5").status.success());
+    let shifted = shift("signalled:0");
+    assert!(shifted.status.success(), "{shifted:?}");
+    let table = String::from_utf8_lossy(&shifted.stdout);
+    let row: Vec<&str> = table.lines().last().unwrap().split_whitespace().collect();
+    assert_eq!(row, ["stoppers", "signalled", "0", "1"], "{table}");
+    assert_eq!(ok(&again), "b\nc\n");
+    let all = ok(&[
+        "groups",
+        "--bootstrap-server",
+        b,
+        "--describe",
+        "--all-groups",
+    ]);
+    assert!(all.contains("stoppers"), "{all}");
     broker.signal(Signal::SIGTERM);
     assert!(
         broker.wait(Duration::from_secs(30)).success(),
