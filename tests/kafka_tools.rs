@@ -97,7 +97,8 @@ fn topics_tool_creates_describes_lists_grows_and_deletes() {
     let lines: Vec<&str> = described.lines().collect();
     assert_eq!(lines.len(), 4, "{described}");
     assert!(
-        lines[0].starts_with("Topic: first\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: "),
+        lines[0].starts_with("Topic: first\tTopicId: ")
+            && lines[0].contains("\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: "),
         "{described}"
     );
     assert!(lines[0].contains("retention.ms=60000"), "{described}");

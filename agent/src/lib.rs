@@ -99,9 +99,17 @@ enum Command {
     State(tools::state::StateArgs),
     /// Runs the bundled Kafka-compatible broker alone, until SIGINT/SIGTERM.
     Broker {
-        /// A YAML file of broker settings (the keys of a pipeline's `broker:` section).
+        /// A YAML file of broker settings: the keys of a pipeline's `broker:` section at the
+        /// top, or a pipeline file (its `broker:` section is taken, the rest left alone).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// The address of the plaintext listener; overrides the file's `listen`.
+        #[arg(long, value_name = "HOST:PORT")]
+        listen: Option<std::net::SocketAddr>,
+        /// The directory of the partition logs and metadata; overrides the file's
+        /// `data_dir`.
+        #[arg(long = "data-dir", value_name = "DIR")]
+        data_dir: Option<PathBuf>,
     },
     /// Creates, lists, describes, alters and deletes topics (as kafka-topics.sh).
     Topics(tools::topics::TopicsArgs),
@@ -141,6 +149,14 @@ enum Command {
         /// after it; exits 1 when any is found.
         #[arg(long)]
         verify: bool,
+        /// Kafka's flag to iterate the records inside each batch: taken, and nothing more,
+        /// since the records are always iterated.
+        #[arg(long = "deep-iteration")]
+        deep_iteration: bool,
+        /// Kafka's flag to decode `__consumer_offsets` records: taken, and nothing more, since
+        /// the bundled broker keeps group offsets in its metadata database, not in a topic.
+        #[arg(long = "offsets-decoder")]
+        offsets_decoder: bool,
     },
     /// Lists the damaged ranges of a stopped broker's data directory (every CRC checked) and,
     /// with --execute, removes them; the other batches keep their offsets.
@@ -237,8 +253,12 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::State(args) => tools::state::run(&args, &registry),
         Command::Run { file, no_watch } => run(&file, registry, !no_watch),
         Command::Convert { file } => convert(&file, &registry),
-        Command::Broker { config } => broker(config.as_deref()),
-        Command::Topics(args) => tool(tools::topics::run(args)),
+        Command::Broker {
+            config,
+            listen,
+            data_dir,
+        } => broker(config.as_deref(), listen, data_dir),
+        Command::Topics(args) => tools::topics::main(args),
         Command::Groups(args) => tool(tools::groups::run(args)),
         Command::Transactions(args) => tool(tools::transactions::run(args)),
         Command::Acls(args) => tool(tools::acls::run(args)),
@@ -252,6 +272,8 @@ pub fn main_with(registry: Registry) -> ExitCode {
             files,
             print_data_log,
             verify,
+            deep_iteration: _,
+            offsets_decoder: _,
         } => tool(dump_log_segments(&files, print_data_log, verify)),
         Command::LogRepair(args) => tool(tools::log_repair::run(args)),
     }
@@ -275,10 +297,13 @@ fn dump_log_segments(files: &[PathBuf], print_data_log: bool, verify: bool) -> a
     Ok(())
 }
 
-/// Exit status of a tool: 0, or 1 with the error on standard error.
+/// Exit status of a tool: 0 (also when standard output was closed by its reader), or 1 with
+/// the error on standard error.
 fn tool(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `agent ... | head`: the reader closed the pipe, having read what it wanted.
+        Err(e) if tools::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -305,6 +330,16 @@ fn init_logging(format: LogFormat) {
 fn validate(files: &[PathBuf], name: Option<&str>, registry: &Registry) -> ExitCode {
     let mut ok = true;
     for file in files {
+        if name.is_none() && is_broker_settings_file(file) {
+            match load_broker_config(file) {
+                Ok(_) => println!("{}: ok (broker settings)", file.display()),
+                Err(problems) => {
+                    eprintln!("{problems}");
+                    ok = false;
+                }
+            }
+            continue;
+        }
         match PipelineFile::of(file, name).and_then(|p| p.load(registry)) {
             Ok((_, notes)) => {
                 for note in notes {
@@ -399,8 +434,12 @@ fn convert(file: &PipelineArgs, registry: &Registry) -> ExitCode {
     }
 }
 
-fn broker(file: Option<&Path>) -> ExitCode {
-    let config = match file {
+fn broker(
+    file: Option<&Path>,
+    listen: Option<std::net::SocketAddr>,
+    data_dir: Option<PathBuf>,
+) -> ExitCode {
+    let mut config = match file {
         None => ferry_broker::BrokerConfig::default(),
         Some(file) => match load_broker_config(file) {
             Ok(config) => config,
@@ -410,6 +449,19 @@ fn broker(file: Option<&Path>) -> ExitCode {
             }
         },
     };
+    if let Some(listen) = listen {
+        if !config.listeners.is_empty() {
+            eprintln!(
+                "error: --listen cannot be given with a file that has `listeners`: \
+                 change the listeners in the file"
+            );
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+        config.listen = listen;
+    }
+    if let Some(data_dir) = data_dir {
+        config.data_dir = data_dir;
+    }
     until_stopped(|stop| async move {
         let http_address = config.http;
         let broker = ferry_broker::Broker::start(config).await?;
@@ -488,7 +540,39 @@ fn load_broker_config(file: &Path) -> Result<ferry_broker::BrokerConfig, topolog
             errors,
         });
     }
-    topology::parse_broker_section(&node).map_err(problems)
+    // A pipeline file: its `broker:` section.
+    let section = node
+        .as_mapping()
+        .and_then(|m| m.get_node("broker"))
+        .unwrap_or(&node);
+    topology::parse_broker_section(section).map_err(problems)
+}
+
+/// The top-level keys of a pipeline file.
+const PIPELINE_SECTIONS: [&str; 6] = [
+    "agent",
+    "broker",
+    "sources",
+    "channels",
+    "sinks",
+    "sinkgroups",
+];
+
+/// Whether `file` is a YAML file of broker settings alone (as `agent broker --config` takes):
+/// a mapping none of whose keys is a pipeline section.
+fn is_broker_settings_file(file: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return false;
+    };
+    if flume::is_flume_file(file, &text) {
+        return false;
+    }
+    let Ok(node) = marked_yaml::parse_yaml(0, &text) else {
+        return false;
+    };
+    node.as_mapping().is_some_and(|m| {
+        !m.is_empty() && m.keys().all(|k| !PIPELINE_SECTIONS.contains(&k.as_str()))
+    })
 }
 
 /// First SIGINT/SIGTERM: fire `stop` (drain and exit 0). Second: exit at once.

@@ -24,6 +24,34 @@ struct LineFormat {
     key: bool,
     /// `key.separator`, a tab by default.
     separator: String,
+    /// `ignore.error`: a line without the key separator becomes a value without key.
+    ignore_error: bool,
+    /// `parse.headers`: each line starts with headers, then `headers.delimiter`.
+    headers: bool,
+    /// `headers.delimiter` (a tab), `headers.separator` (`,`), `headers.key.separator` (`:`).
+    headers_delimiter: String,
+    headers_separator: String,
+    headers_key_separator: String,
+}
+
+/// `bytes` split at every `sep`.
+fn split_all<'a>(bytes: &'a [u8], sep: &[u8]) -> Vec<&'a [u8]> {
+    let mut parts = Vec::new();
+    let mut rest = bytes;
+    while let Some(i) = find(rest, sep) {
+        parts.push(&rest[..i]);
+        rest = &rest[i + sep.len()..];
+    }
+    parts.push(rest);
+    parts
+}
+
+/// Where `needle` starts in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return None;
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 impl LineFormat {
@@ -31,18 +59,141 @@ impl LineFormat {
         let mut format = LineFormat {
             key: false,
             separator: "\t".into(),
+            ignore_error: false,
+            headers: false,
+            headers_delimiter: "\t".into(),
+            headers_separator: ",".into(),
+            headers_key_separator: ":".into(),
         };
         for pair in properties {
             let (k, v) = split_property(pair)?;
             match k {
                 _ if k == key_property => format.key = v.eq_ignore_ascii_case("true"),
                 "key.separator" => format.separator = v.to_owned(),
-                other => {
-                    bail!("unknown --property `{other}` (known: {key_property}, key.separator)")
+                "ignore.error" => format.ignore_error = v.eq_ignore_ascii_case("true"),
+                "parse.headers" if key_property == "parse.key" => {
+                    format.headers = v.eq_ignore_ascii_case("true");
                 }
+                "headers.delimiter" => format.headers_delimiter = v.to_owned(),
+                "headers.separator" => format.headers_separator = v.to_owned(),
+                "headers.key.separator" => format.headers_key_separator = v.to_owned(),
+                other => bail!(
+                    "unknown --property `{other}` (known: {key_property}, key.separator, \
+                     ignore.error, parse.headers, headers.delimiter, headers.separator, \
+                     headers.key.separator)"
+                ),
             }
         }
         Ok(format)
+    }
+}
+
+/// What `agent console-consumer` prints of each record, as Kafka's `DefaultMessageFormatter`
+/// (`--property print.timestamp=true` ...): timestamp, partition, offset, headers, key and
+/// value, in that order, each but the value followed by `key.separator`.
+#[derive(Debug)]
+struct RecordFormat {
+    timestamp: bool,
+    partition: bool,
+    offset: bool,
+    headers: bool,
+    key: bool,
+    value: bool,
+    separator: String,
+    line_separator: String,
+    headers_separator: String,
+}
+
+/// The formatters `--formatter` accepts: Kafka's default one, under its old and new names.
+const DEFAULT_FORMATTERS: [&str; 2] = [
+    "kafka.tools.DefaultMessageFormatter",
+    "org.apache.kafka.tools.consumer.DefaultMessageFormatter",
+];
+
+impl RecordFormat {
+    fn from_properties(properties: &[String]) -> anyhow::Result<Self> {
+        let mut format = RecordFormat {
+            timestamp: false,
+            partition: false,
+            offset: false,
+            headers: false,
+            key: false,
+            value: true,
+            separator: "\t".into(),
+            line_separator: "\n".into(),
+            headers_separator: ",".into(),
+        };
+        for pair in properties {
+            let (k, v) = split_property(pair)?;
+            let on = || v.trim().eq_ignore_ascii_case("true");
+            match k {
+                "print.timestamp" => format.timestamp = on(),
+                "print.partition" => format.partition = on(),
+                "print.offset" => format.offset = on(),
+                "print.headers" => format.headers = on(),
+                "print.key" => format.key = on(),
+                "print.value" => format.value = on(),
+                "key.separator" => format.separator = v.to_owned(),
+                "line.separator" => format.line_separator = v.to_owned(),
+                "headers.separator" => format.headers_separator = v.to_owned(),
+                other => bail!(
+                    "unknown --property `{other}` (known: print.timestamp, print.partition, \
+                     print.offset, print.headers, print.key, print.value, key.separator, \
+                     line.separator, headers.separator)"
+                ),
+            }
+        }
+        Ok(format)
+    }
+
+    fn write(
+        &self,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+        out: &mut impl Write,
+    ) -> std::io::Result<()> {
+        use rdkafka::message::{Headers as _, Timestamp};
+        let sep = self.separator.as_bytes();
+        if self.timestamp {
+            match message.timestamp() {
+                Timestamp::NotAvailable => out.write_all(b"NO_TIMESTAMP")?,
+                Timestamp::CreateTime(t) => write!(out, "CreateTime:{t}")?,
+                Timestamp::LogAppendTime(t) => write!(out, "LogAppendTime:{t}")?,
+            }
+            out.write_all(sep)?;
+        }
+        if self.partition {
+            write!(out, "Partition:{}", message.partition())?;
+            out.write_all(sep)?;
+        }
+        if self.offset {
+            write!(out, "Offset:{}", message.offset())?;
+            out.write_all(sep)?;
+        }
+        if self.headers {
+            match message.headers().filter(|h| h.count() > 0) {
+                None => out.write_all(b"NO_HEADERS")?,
+                Some(headers) => {
+                    for (i, header) in headers.iter().enumerate() {
+                        if i > 0 {
+                            out.write_all(self.headers_separator.as_bytes())?;
+                        }
+                        out.write_all(header.key.as_bytes())?;
+                        out.write_all(b":")?;
+                        out.write_all(header.value.unwrap_or(b"null"))?;
+                    }
+                }
+            }
+            out.write_all(sep)?;
+        }
+        if self.key {
+            out.write_all(message.key().unwrap_or(b"null"))?;
+            out.write_all(sep)?;
+        }
+        if self.value {
+            out.write_all(message.payload().unwrap_or(b"null"))?;
+            out.write_all(self.line_separator.as_bytes())?;
+        }
+        Ok(())
     }
 }
 
@@ -63,6 +214,12 @@ pub struct ProducerArgs {
     /// Compression: none, gzip, snappy, lz4 or zstd.
     #[arg(long = "compression-codec", default_value = "none")]
     compression_codec: String,
+    /// The acknowledgement each request waits for (Kafka's `acks`): `all`, `-1`, `0` or `1`.
+    #[arg(long = "request-required-acks", value_name = "ACKS")]
+    request_required_acks: Option<String>,
+    /// Send each record on its own and wait for its acknowledgement before the next line.
+    #[arg(long)]
+    sync: bool,
 }
 
 /// Counts deliveries and keeps the first failure.
@@ -88,29 +245,101 @@ impl ProducerContext for Deliveries {
 /// Runs `agent console-producer`: every line of standard input becomes one record.
 pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
     let format = LineFormat::from_properties(&args.properties, "parse.key")?;
-    let mut config = args.cluster.client_config(&args.producer_properties)?;
+    let mut config = args.cluster.client_config(&[])?;
     config.set("compression.codec", &args.compression_codec);
+    if let Some(acks) = &args.request_required_acks {
+        config.set("acks", acks);
+    }
+    for pair in &args.producer_properties {
+        let (k, v) = split_property(pair)?;
+        config.set(k, v);
+    }
     let producer: BaseProducer<Deliveries> = config
         .create_with_context(Deliveries::default())
         .context("creating the producer")?;
+    // A bad line ends the input, but the lines before it are still delivered.
+    let sent = send_lines(&producer, &args, &format);
+    let flushed = producer
+        .flush(REQUEST_TIMEOUT)
+        .context("waiting for the last records to be acknowledged");
+    sent?;
+    flushed?;
+    let context = producer.context();
+    let failed = context.failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        let first = context
+            .first_error
+            .lock()
+            .map(|e| e.clone().unwrap_or_default())
+            .unwrap_or_default();
+        bail!("{failed} records were not delivered; first error: {first}");
+    }
+    Ok(())
+}
+
+/// Sends every line of standard input; stops at the first bad one (unless `ignore.error`).
+fn send_lines(
+    producer: &BaseProducer<Deliveries>,
+    args: &ProducerArgs,
+    format: &LineFormat,
+) -> anyhow::Result<()> {
     let stdin = std::io::stdin().lock();
     for (n, line) in stdin.split(b'\n').enumerate() {
         let line = line.context("reading standard input")?;
         let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        let mut headers = rdkafka::message::OwnedHeaders::new();
+        let line = if format.headers {
+            match find(line, format.headers_delimiter.as_bytes()) {
+                Some(at) => {
+                    for pair in split_all(&line[..at], format.headers_separator.as_bytes()) {
+                        if pair.is_empty() {
+                            continue;
+                        }
+                        let ksep = format.headers_key_separator.as_bytes();
+                        let Some(i) = find(pair, ksep) else {
+                            bail!(
+                                "No header key separator found in pair '{}' on line number {}",
+                                String::from_utf8_lossy(pair),
+                                n + 1
+                            );
+                        };
+                        let key = String::from_utf8_lossy(&pair[..i]).into_owned();
+                        headers = headers.insert(rdkafka::message::Header {
+                            key: &key,
+                            value: Some(&pair[i + ksep.len()..]),
+                        });
+                    }
+                    &line[at + format.headers_delimiter.len()..]
+                }
+                None if format.ignore_error => line,
+                None => bail!(
+                    "No headers delimiter found on line number {}: '{}'",
+                    n + 1,
+                    String::from_utf8_lossy(line)
+                ),
+            }
+        } else {
+            line
+        };
         let (key, value) = if format.key {
             let sep = format.separator.as_bytes();
             match line.windows(sep.len()).position(|w| w == sep) {
                 Some(at) => (Some(&line[..at]), &line[at + sep.len()..]),
+                // As Kafka: the whole line becomes the value.
+                None if format.ignore_error => (None, line),
                 None => bail!(
-                    "line {}: no key separator {:?} (parse.key=true)",
+                    "No key separator found on line number {}: '{}'",
                     n + 1,
-                    format.separator
+                    String::from_utf8_lossy(line)
                 ),
             }
         } else {
             (None, line)
         };
         let mut record = BaseRecord::<[u8], [u8]>::to(&args.topic).payload(value);
+        if format.headers {
+            record = record.headers(headers);
+        }
         if let Some(key) = key {
             record = record.key(key);
         }
@@ -125,19 +354,11 @@ pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
             }
         }
         producer.poll(Duration::ZERO);
-    }
-    producer
-        .flush(REQUEST_TIMEOUT)
-        .context("waiting for the last records to be acknowledged")?;
-    let context = producer.context();
-    let failed = context.failed.load(Ordering::Relaxed);
-    if failed > 0 {
-        let first = context
-            .first_error
-            .lock()
-            .map(|e| e.clone().unwrap_or_default())
-            .unwrap_or_default();
-        bail!("{failed} records were not delivered; first error: {first}");
+        if args.sync {
+            producer
+                .flush(REQUEST_TIMEOUT)
+                .with_context(|| format!("line {}: waiting for its acknowledgement", n + 1))?;
+        }
     }
     Ok(())
 }
@@ -148,8 +369,13 @@ pub struct ConsumerArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
     /// The topic to read.
-    #[arg(long)]
-    topic: String,
+    #[arg(long, required_unless_present = "include", conflicts_with = "include")]
+    topic: Option<String>,
+    /// Read every topic whose whole name matches this regular expression (as Kafka's
+    /// `--include`), also those created later; as a member of `--group`, or of a group
+    /// `console-consumer-<pid>` of its own without it.
+    #[arg(long, value_name = "REGEX", conflicts_with = "partition")]
+    include: Option<String>,
     /// Start at the earliest record rather than the end.
     #[arg(long = "from-beginning")]
     from_beginning: bool,
@@ -169,18 +395,54 @@ pub struct ConsumerArgs {
     /// Exit when no record arrived for this many milliseconds.
     #[arg(long = "timeout-ms")]
     timeout_ms: Option<u64>,
-    /// `print.key=true` prints the key and `key.separator` before each value.
+    /// What to print besides the value, as Kafka's DefaultMessageFormatter: `print.timestamp`,
+    /// `print.partition`, `print.offset`, `print.headers`, `print.key`, `print.value` (each
+    /// `true`/`false`), `key.separator` (a tab), `line.separator`, `headers.separator` (`,`).
     #[arg(long = "property", value_name = "KEY=VALUE")]
     properties: Vec<String>,
     /// A librdkafka consumer property `key=value` (e.g. `isolation.level=read_uncommitted`).
     #[arg(long = "consumer-property", value_name = "KEY=VALUE")]
     consumer_properties: Vec<String>,
+    /// `read_committed` (the default, as librdkafka) or `read_uncommitted`.
+    #[arg(long = "isolation-level", value_parser = ["read_committed", "read_uncommitted"])]
+    isolation_level: Option<String>,
+    /// The message formatter: only Kafka's default one is known
+    /// (`kafka.tools.DefaultMessageFormatter` or
+    /// `org.apache.kafka.tools.consumer.DefaultMessageFormatter`).
+    #[arg(long)]
+    formatter: Option<String>,
+}
+
+impl ConsumerArgs {
+    /// The topic read, or the `--include` pattern: what messages name.
+    fn label(&self) -> &str {
+        self.topic
+            .as_deref()
+            .or(self.include.as_deref())
+            .unwrap_or_default()
+    }
 }
 
 /// Runs `agent console-consumer`: prints each record's value on its own line.
-pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
-    let format = LineFormat::from_properties(&args.properties, "print.key")?;
+pub fn consume(mut args: ConsumerArgs) -> anyhow::Result<()> {
+    if args.include.is_some() && args.group.is_none() {
+        // A pattern subscription needs a group, as in Kafka (which picks a random one).
+        args.group = Some(format!("console-consumer-{}", std::process::id()));
+    }
+    if let Some(formatter) = &args.formatter
+        && !DEFAULT_FORMATTERS.contains(&formatter.as_str())
+    {
+        bail!(
+            "--formatter {formatter}: unknown; only {} (or {}) is known",
+            DEFAULT_FORMATTERS[0],
+            DEFAULT_FORMATTERS[1]
+        );
+    }
+    let format = RecordFormat::from_properties(&args.properties)?;
     let mut config = args.cluster.client_config(&[])?;
+    if let Some(level) = &args.isolation_level {
+        config.set("isolation.level", level);
+    }
     config.set("enable.auto.commit", "false");
     config.set("group.id", "agent-console-consumer");
     for pair in &args.consumer_properties {
@@ -209,8 +471,19 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
     }
     let consumer: BaseConsumer = config.create().context("creating the consumer")?;
     if args.group.is_some() {
+        let subscription = match (&args.include, &args.topic) {
+            // librdkafka takes a pattern as a topic starting with `^`.
+            (Some(include), _) => {
+                regex::Regex::new(include).with_context(|| {
+                    format!("--include `{include}` is not a regular expression")
+                })?;
+                format!("^({include})$")
+            }
+            (None, Some(topic)) => topic.clone(),
+            (None, None) => bail!("--topic or --include is required"),
+        };
         consumer
-            .subscribe(&[&args.topic])
+            .subscribe(&[&subscription])
             .context("joining the group")?;
         return print_records(&consumer, &args, &format);
     }
@@ -227,24 +500,18 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
     }
     let partitions: Vec<i32> = match args.partition {
         Some(p) => vec![p],
-        None => {
-            let metadata = consumer
-                .fetch_metadata(Some(&args.topic), REQUEST_TIMEOUT)
-                .context("fetching metadata")?;
-            let topic = metadata
-                .topics()
-                .iter()
-                .find(|t| t.name() == args.topic)
-                .with_context(|| format!("topic {} not found", args.topic))?;
-            if let Some(error) = topic.error() {
-                bail!("topic {}: {}", args.topic, RDKafkaErrorCode::from(error));
+        None => match wait_for_partitions(&consumer, &args)? {
+            Some(partitions) => partitions,
+            // --timeout-ms passed before the topic appeared.
+            None => {
+                eprintln!("Processed a total of 0 messages");
+                return Ok(());
             }
-            topic.partitions().iter().map(|p| p.id()).collect()
-        }
+        },
     };
     let mut assignment = TopicPartitionList::new();
     for p in partitions {
-        assignment.add_partition_offset(&args.topic, p, start)?;
+        assignment.add_partition_offset(args.label(), p, start)?;
     }
     consumer
         .assign(&assignment)
@@ -252,17 +519,73 @@ pub fn consume(args: ConsumerArgs) -> anyhow::Result<()> {
     print_records(&consumer, &args, &format)
 }
 
-/// Prints records until `--max-messages` or `--timeout-ms`; with a group, commits at the end.
+/// The partitions of `--topic`, waiting (as Kafka's console consumer does) for a topic that
+/// does not exist yet; `None` when `--timeout-ms` passes first.
+fn wait_for_partitions(
+    consumer: &BaseConsumer,
+    args: &ConsumerArgs,
+) -> anyhow::Result<Option<Vec<i32>>> {
+    let started = Instant::now();
+    let limit = args.timeout_ms.map(Duration::from_millis);
+    loop {
+        let metadata = consumer
+            .fetch_metadata(Some(args.label()), REQUEST_TIMEOUT)
+            .context("fetching metadata")?;
+        if let Some(topic) = metadata.topics().iter().find(|t| t.name() == args.label()) {
+            match topic.error().map(RDKafkaErrorCode::from) {
+                None if !topic.partitions().is_empty() => {
+                    return Ok(Some(topic.partitions().iter().map(|p| p.id()).collect()));
+                }
+                None | Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {}
+                Some(error) => bail!("topic {}: {error}", args.label()),
+            }
+        }
+        if limit.is_some_and(|limit| started.elapsed() >= limit) {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A flag set by the first SIGINT or SIGTERM: the consumer then stops as after
+/// `--max-messages` (commits, leaves its group, prints its count) rather than dying.
+fn stop_on_signals() -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rt = super::runtime()?;
+    // Registered here, before the first record is read.
+    let (mut interrupt, mut terminate) = rt.block_on(async {
+        Ok::<_, std::io::Error>((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    })?;
+    let flag = std::sync::Arc::clone(&stop);
+    std::thread::spawn(move || {
+        rt.block_on(async {
+            tokio::select! {
+                _ = interrupt.recv() => {},
+                _ = terminate.recv() => {},
+            }
+        });
+        flag.store(true, Ordering::Relaxed);
+    });
+    Ok(stop)
+}
+
+/// Prints records until `--max-messages`, `--timeout-ms` or SIGINT/SIGTERM; with a group,
+/// commits at the end.
 fn print_records(
     consumer: &BaseConsumer,
     args: &ConsumerArgs,
-    format: &LineFormat,
+    format: &RecordFormat,
 ) -> anyhow::Result<()> {
+    let stop = stop_on_signals()?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut count = 0u64;
     let idle_limit = args.timeout_ms.map(Duration::from_millis);
     let mut last = Instant::now();
-    while args.max_messages.is_none_or(|max| count < max) {
+    while args.max_messages.is_none_or(|max| count < max) && !stop.load(Ordering::Relaxed) {
         match consumer.poll(Duration::from_millis(100)) {
             None => {
                 out.flush()?;
@@ -270,14 +593,19 @@ fn print_records(
                     break;
                 }
             }
-            Some(Err(error)) => bail!("consuming {}: {error}", args.topic),
-            Some(Ok(message)) => {
-                if format.key {
-                    out.write_all(message.key().unwrap_or(b"null"))?;
-                    out.write_all(format.separator.as_bytes())?;
+            // A subscribed topic that does not exist yet: wait for it, as Kafka's consumer.
+            Some(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
+            ))) => {
+                out.flush()?;
+                if idle_limit.is_some_and(|limit| last.elapsed() >= limit) {
+                    break;
                 }
-                out.write_all(message.payload().unwrap_or(b"null"))?;
-                out.write_all(b"\n")?;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Some(Err(error)) => bail!("consuming {}: {error}", args.label()),
+            Some(Ok(message)) => {
+                format.write(&message, &mut out)?;
                 if args.group.is_some() {
                     consumer
                         .store_offset_from_message(&message)
@@ -291,9 +619,11 @@ fn print_records(
     out.flush()?;
     if args.group.is_some() && count > 0 {
         out.flush()?;
-        consumer
-            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
-            .context("committing the group's offsets")?;
+        match consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync) {
+            // Every printed record's offset was committed already (auto-commit).
+            Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => return Err(e).context("committing the group's offsets"),
+        }
     }
     eprintln!("Processed a total of {count} messages");
     Ok(())

@@ -15,7 +15,7 @@ use super::{ClusterArgs, REQUEST_TIMEOUT, runtime};
 /// Flags of `agent groups`, named as `kafka-consumer-groups.sh` names them.
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["list", "describe", "reset_offsets", "delete"])))]
-#[command(group(clap::ArgGroup::new("target").args(["to_earliest", "to_latest", "to_offset"])))]
+#[command(group(clap::ArgGroup::new("target").args(["to_earliest", "to_latest", "to_offset", "shift_by"])))]
 pub struct GroupsArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
@@ -34,7 +34,8 @@ pub struct GroupsArgs {
     /// The group.
     #[arg(long)]
     group: Option<String>,
-    /// With --reset-offsets: the topic whose offsets move.
+    /// With --reset-offsets: the topic whose offsets move; `topic:0,1` moves only those
+    /// partitions, as in Kafka.
     #[arg(long)]
     topic: Option<String>,
     /// Reset to the earliest offset.
@@ -46,9 +47,19 @@ pub struct GroupsArgs {
     /// Reset to this offset.
     #[arg(long = "to-offset")]
     to_offset: Option<i64>,
+    /// Move each committed offset by this many (negative: back), kept within the log.
+    #[arg(long = "shift-by", allow_hyphen_values = true)]
+    shift_by: Option<i64>,
+    /// With --describe: every group instead of --group.
+    #[arg(long = "all-groups", conflicts_with = "group")]
+    all_groups: bool,
     /// Apply the reset (without it, only the plan is printed).
     #[arg(long)]
     execute: bool,
+    /// With --reset-offsets: only print the plan, committing nothing (the default, said
+    /// explicitly as Kafka asks scripts to).
+    #[arg(long = "dry-run", conflicts_with = "execute")]
+    dry_run: bool,
 }
 
 /// Runs `agent groups`.
@@ -73,6 +84,10 @@ pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
         for name in names {
             writeln!(out, "{name}")?;
         }
+    } else if args.describe && args.all_groups {
+        for name in group_names(&args.cluster)? {
+            describe(&args.cluster, &name, &mut out)?;
+        }
     } else if args.describe {
         describe(&args.cluster, group()?, &mut out)?;
     } else if args.reset_offsets {
@@ -96,6 +111,20 @@ pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The names of every group of the cluster, sorted.
+fn group_names(cluster: &ClusterArgs) -> anyhow::Result<Vec<String>> {
+    let consumer: BaseConsumer = cluster
+        .client_config(&[])?
+        .create()
+        .context("creating the client")?;
+    let list = consumer
+        .fetch_group_list(None, REQUEST_TIMEOUT)
+        .context("listing groups")?;
+    let mut names: Vec<String> = list.groups().iter().map(|g| g.name().to_owned()).collect();
+    names.sort_unstable();
+    Ok(names)
 }
 
 /// A consumer acting for `group` without joining it (for offset reads and commits).
@@ -261,12 +290,28 @@ fn print_table<const N: usize>(
 }
 
 fn reset(args: &GroupsArgs, group: &str, out: &mut impl Write) -> anyhow::Result<()> {
-    let topic = args
+    let spec = args
         .topic
         .as_deref()
         .context("--reset-offsets needs --topic")?;
-    if !(args.to_earliest || args.to_latest || args.to_offset.is_some()) {
-        bail!("--reset-offsets needs --to-earliest, --to-latest or --to-offset");
+    // `topic:0,1`: only those partitions.
+    let (topic, only) = match spec.rsplit_once(':') {
+        Some((topic, list)) => {
+            let only = list
+                .split(',')
+                .map(|p| {
+                    p.trim()
+                        .parse::<i32>()
+                        .with_context(|| format!("--topic {spec}: `{p}` is not a partition number"))
+                })
+                .collect::<anyhow::Result<Vec<i32>>>()?;
+            (topic, Some(only))
+        }
+        None => (spec, None),
+    };
+    if !(args.to_earliest || args.to_latest || args.to_offset.is_some() || args.shift_by.is_some())
+    {
+        bail!("--reset-offsets needs --to-earliest, --to-latest, --to-offset or --shift-by");
     }
     let consumer = group_client(&args.cluster, group)?;
     let metadata = consumer
@@ -281,16 +326,52 @@ fn reset(args: &GroupsArgs, group: &str, out: &mut impl Write) -> anyhow::Result
     if partitions.is_empty() {
         bail!("topic {topic} not found");
     }
+    if let Some(only) = &only
+        && let Some(missing) = only.iter().find(|p| !partitions.contains(p))
+    {
+        bail!("topic {topic} has no partition {missing}");
+    }
+    let partitions: Vec<i32> = match only {
+        Some(only) => only,
+        None => partitions,
+    };
+    let committed = match args.shift_by {
+        Some(_) => {
+            let mut wanted = TopicPartitionList::new();
+            for p in &partitions {
+                wanted.add_partition(topic, *p);
+            }
+            Some(
+                consumer
+                    .committed_offsets(wanted, REQUEST_TIMEOUT)
+                    .context("reading the committed offsets")?,
+            )
+        }
+        None => None,
+    };
     let mut plan = TopicPartitionList::new();
     let mut rows = Vec::new();
     for p in partitions {
         let (low, high) = consumer
             .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
             .with_context(|| format!("offsets of {topic}-{p}"))?;
-        let target = match args.to_offset {
-            Some(n) => n.clamp(low, high),
-            None if args.to_earliest => low,
-            None => high,
+        let target = match (args.to_offset, args.shift_by, &committed) {
+            (Some(n), _, _) => n.clamp(low, high),
+            (None, Some(shift), Some(committed)) => {
+                let current = committed
+                    .find_partition(topic, p)
+                    .and_then(|e| e.offset().to_raw())
+                    .filter(|o| *o >= 0)
+                    .with_context(|| {
+                        format!(
+                            "Cannot shift offset for partition {topic}-{p} since there is no \
+                             current committed offset"
+                        )
+                    })?;
+                current.saturating_add(shift).clamp(low, high)
+            }
+            _ if args.to_earliest => low,
+            _ => high,
         };
         plan.add_partition_offset(topic, p, Offset::Offset(target))?;
         rows.push([
@@ -299,6 +380,12 @@ fn reset(args: &GroupsArgs, group: &str, out: &mut impl Write) -> anyhow::Result
             p.to_string(),
             target.to_string(),
         ]);
+    }
+    if !args.execute && !args.dry_run {
+        eprintln!(
+            "WARN: No action will be performed as the --execute option is missing. \
+             You should add the --dry-run option explicitly if you are scripting this command."
+        );
     }
     if args.execute {
         consumer

@@ -33,8 +33,13 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Where a tool connects, and how: Kafka's `--bootstrap-server` and `--command-config`.
 #[derive(Args, Debug)]
 pub struct ClusterArgs {
-    /// The server(s) to connect to, comma-separated.
-    #[arg(long = "bootstrap-server", value_name = "HOST:PORT")]
+    /// The server(s) to connect to, comma-separated (`--broker-list`, the older spelling of
+    /// Kafka's console producer, is taken too).
+    #[arg(
+        long = "bootstrap-server",
+        value_name = "HOST:PORT",
+        alias = "broker-list"
+    )]
     bootstrap_server: String,
     /// A Kafka client properties file (`key=value` lines): `security.protocol`,
     /// `sasl.mechanism`, `sasl.jaas.config` (PLAIN or SCRAM login module), `ssl.ca.location`
@@ -87,6 +92,16 @@ impl ClusterArgs {
         }
         Ok(config)
     }
+}
+
+/// Whether `error` comes from writing to a closed pipe (`agent ... | head`): the reader has
+/// all it wants, so the tool ends quietly with exit status 0.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Splits `key=value`.

@@ -1,0 +1,830 @@
+//! The flags of the agent's Kafka-style tools, spelled and answered as Kafka's own tools
+//! (`kafka-topics.sh`, `kafka-console-consumer.sh`, `kafka-dump-log.sh`) spell and answer them,
+//! run as the real binary against the bundled broker.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+#[path = "harness.rs"]
+mod harness;
+
+/// Runs the agent with `args` (and `stdin`), whatever its exit status.
+fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Runs the agent and expects exit status 0; gives its standard output.
+fn ok(args: &[&str]) -> String {
+    let out = run(args, None);
+    assert!(
+        out.status.success(),
+        "agent {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn topics(bootstrap: &str, args: &[&str]) -> Vec<String> {
+    let mut all = vec![
+        "topics".to_owned(),
+        "--bootstrap-server".into(),
+        bootstrap.into(),
+    ];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    all
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn topics_flags_answer_as_kafka_topics_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    let t = |args: &[&str]| topics(b, args);
+    ok(&strs(&t(&[
+        "--create",
+        "--topic",
+        "alpha",
+        "--partitions",
+        "2",
+        "--config",
+        "retention.ms=60000",
+    ])));
+    ok(&strs(&t(&["--create", "--topic", "beta"])));
+    ok(&strs(&t(&["--create", "--topic", "__meta"])));
+
+    // A missing topic is reported as Kafka reports it, and not created by asking.
+    let missing = run(&strs(&t(&["--describe", "--topic", "nosuch"])), None);
+    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stdout),
+        "Error while executing topic command : Topic 'nosuch' does not exist as expected\n"
+    );
+    assert_eq!(ok(&strs(&t(&["--list"]))), "__meta\nalpha\nbeta\n");
+    for action in [
+        &["--describe", "--topic", "nosuch", "--if-exists"][..],
+        &["--delete", "--topic", "nosuch", "--if-exists"],
+        &[
+            "--alter",
+            "--topic",
+            "nosuch",
+            "--partitions",
+            "3",
+            "--if-exists",
+        ],
+    ] {
+        assert_eq!(ok(&strs(&t(action))), "", "{action:?}");
+    }
+    let delete = run(&strs(&t(&["--delete", "--topic", "nosuch"])), None);
+    assert_eq!(delete.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&delete.stdout)
+            .contains("Topic 'nosuch' does not exist as expected")
+    );
+    assert_eq!(ok(&strs(&t(&["--list"]))), "__meta\nalpha\nbeta\n");
+
+    // --topic is a regular expression matching whole names.
+    assert_eq!(ok(&strs(&t(&["--list", "--topic", "a.*"]))), "alpha\n");
+    assert_eq!(ok(&strs(&t(&["--list", "--topic", "alp"]))), "");
+    assert_eq!(
+        ok(&strs(&t(&["--list", "--exclude-internal"]))),
+        "alpha\nbeta\n"
+    );
+    assert_eq!(
+        ok(&strs(&t(&[
+            "--create",
+            "--topic",
+            "alpha",
+            "--if-not-exists"
+        ]))),
+        ""
+    );
+
+    // Kafka 3.x's layout, with the topic id.
+    let described = ok(&strs(&t(&["--describe", "--topic", "alpha"])));
+    let lines: Vec<&str> = described.lines().collect();
+    assert_eq!(lines.len(), 3, "{described}");
+    let fields: Vec<&str> = lines[0].split('\t').collect();
+    assert_eq!(fields.len(), 5, "{described}");
+    assert_eq!(fields[0], "Topic: alpha");
+    let id = fields[1].strip_prefix("TopicId: ").unwrap();
+    assert_eq!(id.len(), 22, "a base64 UUID: {id}");
+    assert!(
+        id.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+        "{id}"
+    );
+    assert_eq!(fields[2], "PartitionCount: 2");
+    assert_eq!(fields[3], "ReplicationFactor: 1");
+    assert!(fields[4].starts_with("Configs: "), "{described}");
+    assert!(fields[4].contains("retention.ms=60000"), "{described}");
+    assert_eq!(
+        lines[1],
+        "\tTopic: alpha\tPartition: 0\tLeader: 0\tReplicas: 0\tIsr: 0"
+    );
+    // The id is the topic's own: the same on every describe, another for another topic.
+    assert_eq!(
+        ok(&strs(&t(&["--describe", "--topic", "alpha"]))),
+        described
+    );
+    let beta = ok(&strs(&t(&["--describe", "--topic", "beta"])));
+    assert!(beta.starts_with("Topic: beta\tTopicId: "), "{beta}");
+    assert!(!beta.contains(id), "{beta}");
+
+    // Only the topics with overrides, and only their topic line.
+    let overrides = ok(&strs(&t(&["--describe", "--topics-with-overrides"])));
+    assert_eq!(overrides, format!("{}\n", lines[0]));
+    let all = ok(&strs(&t(&["--describe", "--exclude-internal"])));
+    assert!(!all.contains("__meta"), "{all}");
+    assert!(all.contains("Topic: beta\t"), "{all}");
+
+    // --command-config is read (a bad one is refused, naming it) and used.
+    let config = dir.path().join("client.properties");
+    std::fs::write(&config, "client.id=flags-test\n").unwrap();
+    let config = config.to_str().unwrap();
+    assert_eq!(
+        ok(&strs(&t(&[
+            "--list",
+            "--command-config",
+            config,
+            "--topic",
+            "beta"
+        ]))),
+        "beta\n"
+    );
+    let bad = dir.path().join("bad.properties");
+    std::fs::write(&bad, "no equals sign\n").unwrap();
+    let refused = run(
+        &strs(&t(&["--list", "--command-config", bad.to_str().unwrap()])),
+        None,
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stdout).contains("bad.properties"),
+        "{refused:?}"
+    );
+
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
+
+/// Starts the agent with `args`, reads one line of its output, closes the pipe and gives its
+/// exit status and standard error.
+fn read_one_line_then_close(args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    {
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        reader.read_line(&mut first).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status,
+        first,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_pipe_ends_a_tool_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    let input: String = (0..20_000)
+        .map(|i| format!("record number {i}\n"))
+        .collect();
+    let produced = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "piped",
+        ],
+        Some(input.as_bytes()),
+    );
+    assert!(produced.status.success(), "{produced:?}");
+
+    let (status, first, stderr) = read_one_line_then_close(&[
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "piped",
+        "--from-beginning",
+        "--timeout-ms",
+        "10000",
+    ]);
+    assert_eq!(first, "record number 0\n");
+    assert!(status.success(), "{status:?} {stderr}");
+    assert!(!stderr.to_lowercase().contains("broken pipe"), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+
+    let (status, first, stderr) =
+        read_one_line_then_close(&["topics", "--bootstrap-server", b, "--describe"]);
+    assert!(first.starts_with("Topic: piped\t"), "{first}");
+    assert!(status.success(), "{status:?} {stderr}");
+
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+    let segment = dir.path().join("broker/piped-0/00000000000000000000.log");
+    let (status, first, stderr) = read_one_line_then_close(&[
+        "dump-log-segments",
+        "--files",
+        segment.to_str().unwrap(),
+        "--print-data-log",
+    ]);
+    assert_eq!(first, format!("Dumping {}\n", segment.display()));
+    assert!(status.success(), "{status:?} {stderr}");
+    assert!(!stderr.to_lowercase().contains("broken pipe"), "{stderr}");
+    assert_eq!(stderr, "");
+
+    // Kafka's --deep-iteration and --offsets-decoder are taken; the records are always
+    // iterated, so the dump is the same.
+    let plain = ok(&[
+        "dump-log-segments",
+        "--files",
+        segment.to_str().unwrap(),
+        "--print-data-log",
+    ]);
+    let deep = ok(&[
+        "dump-log-segments",
+        "--files",
+        segment.to_str().unwrap(),
+        "--print-data-log",
+        "--deep-iteration",
+        "--offsets-decoder",
+    ]);
+    assert_eq!(deep, plain);
+    assert!(
+        deep.contains("| offset: 0 "),
+        "{}",
+        &deep[..deep.len().min(2000)]
+    );
+}
+
+/// `agent broker ARGS...` in `dir`, stopped with SIGTERM (and waited for) when dropped.
+struct Broker(std::process::Child);
+
+impl Broker {
+    fn start(dir: &std::path::Path, args: &[&str]) -> Broker {
+        let child = Command::new(env!("CARGO_BIN_EXE_agent"))
+            .arg("broker")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("broker.log")).unwrap())
+            .spawn()
+            .unwrap();
+        Broker(child)
+    }
+
+    fn stop(&mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            Signal::SIGTERM,
+        )
+        .unwrap();
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for_listener(address: &str) {
+    harness::wait_until(Duration::from_secs(30), "the broker to listen", || {
+        std::net::TcpStream::connect(address).is_ok()
+    });
+}
+
+#[test]
+fn broker_takes_listen_and_data_dir_flags_and_either_kind_of_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("settings.yaml");
+    // The file's listener and directory are overridden by the flags.
+    std::fs::write(
+        &settings,
+        "listen: 127.0.0.1:1\ndata_dir: ./from-file\nnum_partitions: 3\n",
+    )
+    .unwrap();
+    assert_eq!(
+        ok(&["validate", settings.to_str().unwrap()]),
+        format!("{}: ok (broker settings)\n", settings.display())
+    );
+    let bad = dir.path().join("bad-settings.yaml");
+    std::fs::write(&bad, "listen: 127.0.0.1:1\nnum_partitons: 3\n").unwrap();
+    let refused = run(&["validate", bad.to_str().unwrap()], None);
+    assert_eq!(refused.status.code(), Some(2));
+    let shown = String::from_utf8_lossy(&refused.stderr);
+    assert!(shown.contains("num_partitons"), "{shown}");
+
+    let port = harness::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let data = dir.path().join("from-flag");
+    let mut broker = Broker::start(
+        dir.path(),
+        &[
+            "--config",
+            settings.to_str().unwrap(),
+            "--listen",
+            &address,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+    );
+    wait_for_listener(&address);
+    ok(&strs(&topics(
+        &address,
+        &["--create", "--topic", "flagged"],
+    )));
+    let described = ok(&strs(&topics(
+        &address,
+        &["--describe", "--topic", "flagged"],
+    )));
+    assert!(described.contains("\tPartitionCount: 1\t"), "{described}");
+    assert!(broker.stop().success());
+    assert!(data.join("flagged-0").is_dir());
+    assert!(!dir.path().join("from-file").exists());
+
+    // A pipeline file: its `broker:` section (num_partitions 3 applies to auto-created topics).
+    let port = harness::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let pipeline = dir.path().join("pipeline.yaml");
+    std::fs::write(
+        &pipeline,
+        format!("broker:\n  listen: {address}\n  data_dir: ./piped\n  num_partitions: 3\n"),
+    )
+    .unwrap();
+    let mut broker = Broker::start(dir.path(), &["--config", pipeline.to_str().unwrap()]);
+    wait_for_listener(&address);
+    let produced = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            &address,
+            "--topic",
+            "auto",
+        ],
+        Some(b"one\n"),
+    );
+    assert!(produced.status.success(), "{produced:?}");
+    let described = ok(&strs(&topics(&address, &["--describe", "--topic", "auto"])));
+    assert!(described.contains("\tPartitionCount: 3\t"), "{described}");
+    assert!(broker.stop().success());
+    assert!(dir.path().join("piped/auto-0").is_dir());
+
+    // The shipped pipeline file is taken too.
+    let shipped = harness::repo_root().join("pipelines/chain/broker.yaml");
+    assert!(
+        ok(&["validate", shipped.to_str().unwrap()]).ends_with(": ok\n"),
+        "a pipeline file stays a pipeline file"
+    );
+}
+
+#[test]
+fn console_consumer_prints_as_kafkas_default_message_formatter() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    let produced = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "formatted",
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+        ],
+        Some(b"k0:v0\nk1:v1\n"),
+    );
+    assert!(produced.status.success(), "{produced:?}");
+    let consume = |extra: &[&str]| {
+        let mut args = vec![
+            "console-consumer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "formatted",
+            "--from-beginning",
+            "--max-messages",
+            "2",
+            "--timeout-ms",
+            "20000",
+        ];
+        args.extend_from_slice(extra);
+        run(&args, None)
+    };
+    let out = consume(&[
+        "--formatter",
+        "kafka.tools.DefaultMessageFormatter",
+        "--isolation-level",
+        "read_uncommitted",
+        "--property",
+        "print.timestamp=true",
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.key=true",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for (i, line) in lines.iter().enumerate() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 6, "{line}");
+        let time = fields[0].strip_prefix("CreateTime:").unwrap();
+        assert!(time.parse::<i64>().unwrap() > 1_600_000_000_000, "{line}");
+        assert_eq!(
+            &fields[1..],
+            &[
+                "Partition:0",
+                &format!("Offset:{i}"),
+                "NO_HEADERS",
+                &format!("k{i}"),
+                &format!("v{i}")
+            ]
+        );
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "Processed a total of 2 messages\n"
+    );
+    // key.separator applies between every field.
+    let out = consume(&[
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.key=true",
+        "--property",
+        "key.separator= | ",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Offset:0 | k0 | v0\nOffset:1 | k1 | v1\n"
+    );
+    // A group member idle past the auto-commit interval (5 s) has nothing left to commit at
+    // the end: it still ends with exit 0, and a second run has nothing new to read.
+    let group = |timeout: &str| {
+        run(
+            &[
+                "console-consumer",
+                "--bootstrap-server",
+                b,
+                "--topic",
+                "formatted",
+                "--group",
+                "readers",
+                "--from-beginning",
+                "--timeout-ms",
+                timeout,
+            ],
+            None,
+        )
+    };
+    let first = group("6500");
+    assert!(first.status.success(), "{first:?}");
+    assert_eq!(String::from_utf8_lossy(&first.stdout), "v0\nv1\n");
+    assert_eq!(
+        String::from_utf8_lossy(&first.stderr),
+        "Processed a total of 2 messages\n"
+    );
+    let second = group("10000");
+    assert!(second.status.success(), "{second:?}");
+    assert_eq!(String::from_utf8_lossy(&second.stdout), "");
+    let refused = consume(&["--formatter", "kafka.tools.LoggingMessageFormatter"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("DefaultMessageFormatter"),
+        "{refused:?}"
+    );
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn console_producer_takes_kafkas_flags_and_keeps_the_lines_before_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    // The consumer waits for a topic that does not exist yet.
+    let waiting = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args([
+            "console-consumer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "later",
+            "--from-beginning",
+            "--max-messages",
+            "2",
+            "--timeout-ms",
+            "30000",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let producer = |extra: &[&str], input: &[u8]| {
+        let mut args = vec!["console-producer", "--broker-list", b, "--topic", "later"];
+        args.extend_from_slice(extra);
+        run(&args, Some(input))
+    };
+    let bad = producer(
+        &[
+            "--request-required-acks",
+            "all",
+            "--sync",
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+        ],
+        b"k1:one\nk2:two\nno separator here\nk4:four\n",
+    );
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("No key separator found on line number 3: 'no separator here'"),
+        "{bad:?}"
+    );
+    let out = waiting.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\ntwo\n");
+
+    // ignore.error: the line without separator is a value without key.
+    let ignored = producer(
+        &[
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+            "--property",
+            "ignore.error=true",
+        ],
+        b"plain line\nk6:six\n",
+    );
+    assert!(ignored.status.success(), "{ignored:?}");
+    let out = ok(&[
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "later",
+        "--from-beginning",
+        "--max-messages",
+        "4",
+        "--timeout-ms",
+        "20000",
+        "--property",
+        "print.key=true",
+    ]);
+    assert_eq!(out, "k1\tone\nk2\ttwo\nnull\tplain line\nk6\tsix\n");
+
+    // parse.headers, with Kafka's defaults: `h1:v1,h2:v2<TAB>key<TAB>value`.
+    let with_headers = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "headed",
+            "--property",
+            "parse.headers=true",
+            "--property",
+            "parse.key=true",
+        ],
+        Some(b"h1:v1,h2:v2\tk\tvalue\n"),
+    );
+    assert!(with_headers.status.success(), "{with_headers:?}");
+    let out = ok(&[
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "headed",
+        "--from-beginning",
+        "--max-messages",
+        "1",
+        "--timeout-ms",
+        "20000",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.key=true",
+    ]);
+    assert_eq!(out, "h1:v1,h2:v2\tk\tvalue\n");
+
+    // --include: every topic whose whole name matches, without --group too.
+    let out = ok(&[
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--include",
+        "late.|head.*",
+        "--from-beginning",
+        "--max-messages",
+        "5",
+        "--timeout-ms",
+        "20000",
+    ]);
+    let mut values: Vec<&str> = out.lines().collect();
+    values.sort_unstable();
+    assert_eq!(
+        values,
+        ["one", "plain line", "six", "two", "value"],
+        "{out}"
+    );
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn console_consumer_stops_on_sigterm_committing_and_counting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    let produced = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "signalled",
+        ],
+        Some(b"a\nb\nc\n"),
+    );
+    assert!(produced.status.success(), "{produced:?}");
+    let consumer_args = [
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "signalled",
+        "--group",
+        "stoppers",
+        "--from-beginning",
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(consumer_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = String::new();
+    for _ in 0..3 {
+        reader.read_line(&mut lines).unwrap();
+    }
+    assert_eq!(lines, "a\nb\nc\n");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "Processed a total of 3 messages\n"
+    );
+    // The offsets were committed: the group has nothing new to read.
+    let mut again = consumer_args.to_vec();
+    again.extend(["--timeout-ms", "10000"]);
+    assert_eq!(ok(&again), "");
+
+    // --reset-offsets --dry-run prints the plan and commits nothing; without --dry-run or
+    // --execute it warns, as Kafka does.
+    let reset = |extra: &[&str]| {
+        let mut args = vec![
+            "groups",
+            "--bootstrap-server",
+            b,
+            "--reset-offsets",
+            "--group",
+            "stoppers",
+            "--topic",
+            "signalled",
+            "--to-earliest",
+        ];
+        args.extend_from_slice(extra);
+        run(&args, None)
+    };
+    let dry = reset(&["--dry-run"]);
+    assert!(dry.status.success(), "{dry:?}");
+    let plan = String::from_utf8_lossy(&dry.stdout);
+    assert!(plan.trim_start().starts_with("GROUP"), "{plan}");
+    assert!(plan.contains("signalled"), "{plan}");
+    assert_eq!(String::from_utf8_lossy(&dry.stderr), "");
+    assert_eq!(ok(&again), "", "a dry run commits nothing");
+    let implicit = reset(&[]);
+    assert!(implicit.status.success(), "{implicit:?}");
+    assert!(
+        String::from_utf8_lossy(&implicit.stderr)
+            .starts_with("WARN: No action will be performed as the --execute option is missing."),
+        "{implicit:?}"
+    );
+    assert!(!reset(&["--dry-run", "--execute"]).status.success());
+
+    // --shift-by moves the committed offset (3) back by 2, on the partitions of `topic:0`.
+    let shift = |spec: &str| {
+        run(
+            &[
+                "groups",
+                "--bootstrap-server",
+                b,
+                "--reset-offsets",
+                "--group",
+                "stoppers",
+                "--topic",
+                spec,
+                "--shift-by",
+                "-2",
+                "--execute",
+            ],
+            None,
+        )
+    };
+    assert!(!shift("signalled:5").status.success());
+    let shifted = shift("signalled:0");
+    assert!(shifted.status.success(), "{shifted:?}");
+    let table = String::from_utf8_lossy(&shifted.stdout);
+    let row: Vec<&str> = table.lines().last().unwrap().split_whitespace().collect();
+    assert_eq!(row, ["stoppers", "signalled", "0", "1"], "{table}");
+    assert_eq!(ok(&again), "b\nc\n");
+    let all = ok(&[
+        "groups",
+        "--bootstrap-server",
+        b,
+        "--describe",
+        "--all-groups",
+    ]);
+    assert!(all.contains("stoppers"), "{all}");
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
