@@ -12,11 +12,18 @@ const NEVER: i64 = i64::MAX;
 pub(crate) const TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("cleanup.policy", "log.cleanup.policy"),
     ("compression.type", "compression.type"),
+    ("delete.retention.ms", "log.cleaner.delete.retention.ms"),
     ("flush.messages", "log.flush.interval.messages"),
     ("flush.ms", "log.flush.interval.ms"),
     ("index.interval.bytes", "log.index.interval.bytes"),
+    ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
     ("max.message.bytes", "message.max.bytes"),
     ("message.timestamp.type", "log.message.timestamp.type"),
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
     ("retention.bytes", "log.retention.bytes"),
     ("retention.ms", "log.retention.ms"),
     ("segment.bytes", "log.segment.bytes"),
@@ -36,7 +43,61 @@ pub(crate) struct LogConfig {
     pub(crate) flush_ms: i64,
     /// Broker-wide: `producer.id.expiration.ms`.
     pub(crate) producer_id_expiration_ms: i64,
+    /// `cleanup.policy`: `delete`, `compact` or both.
+    pub(crate) cleanup_policy: CleanupPolicy,
+    /// `delete.retention.ms`: how long tombstones stay after their segment was cleaned.
+    pub(crate) delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio`.
+    pub(crate) min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`.
+    pub(crate) min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`.
+    pub(crate) max_compaction_lag_ms: i64,
 }
+
+/// Kafka's `cleanup.policy`: a list of `delete` and `compact`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CleanupPolicy {
+    pub(crate) delete: bool,
+    pub(crate) compact: bool,
+}
+
+impl CleanupPolicy {
+    pub(crate) const DELETE: CleanupPolicy = CleanupPolicy {
+        delete: true,
+        compact: false,
+    };
+
+    /// Parses Kafka's comma-separated list (`delete`, `compact`, `compact,delete`).
+    pub(crate) fn parse(value: &str) -> Option<CleanupPolicy> {
+        let mut policy = CleanupPolicy {
+            delete: false,
+            compact: false,
+        };
+        for item in value.split(',') {
+            match item.trim() {
+                "delete" => policy.delete = true,
+                "compact" => policy.compact = true,
+                _ => return None,
+            }
+        }
+        (policy.delete || policy.compact).then_some(policy)
+    }
+}
+
+impl std::fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match (self.compact, self.delete) {
+            (true, true) => "compact,delete",
+            (true, false) => "compact",
+            _ => "delete",
+        })
+    }
+}
+
+/// Kafka's defaults for the compaction settings.
+const DELETE_RETENTION_MS: i64 = 86_400_000;
+const MIN_CLEANABLE_DIRTY_RATIO: f64 = 0.5;
 
 /// A topic config value that cannot be accepted.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +128,11 @@ impl LogConfig {
             flush_messages: broker.log_flush_interval_messages.unwrap_or(NEVER),
             flush_ms: broker.log_flush_interval_ms.unwrap_or(NEVER),
             producer_id_expiration_ms: broker.producer_id_expiration_ms,
+            cleanup_policy: CleanupPolicy::DELETE,
+            delete_retention_ms: DELETE_RETENTION_MS,
+            min_cleanable_dirty_ratio: MIN_CLEANABLE_DIRTY_RATIO,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: NEVER,
         };
         for (name, value) in overrides {
             config.apply(name, value)?;
@@ -91,8 +157,20 @@ impl LogConfig {
             Ok(n)
         };
         match name {
-            "cleanup.policy" if value == "delete" => {}
-            "cleanup.policy" => return Err(invalid("only `delete` is supported")),
+            "cleanup.policy" => {
+                self.cleanup_policy = CleanupPolicy::parse(value)
+                    .ok_or_else(|| invalid("expected `delete`, `compact` or `compact,delete`"))?
+            }
+            "delete.retention.ms" => self.delete_retention_ms = int(0)?,
+            "min.cleanable.dirty.ratio" => {
+                let ratio: f64 = value.trim().parse().map_err(|_| invalid("not a number"))?;
+                if !(0.0..=1.0).contains(&ratio) {
+                    return Err(invalid("not between 0 and 1"));
+                }
+                self.min_cleanable_dirty_ratio = ratio
+            }
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = int(0)?,
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms = int(1)?,
             "compression.type" if value == "producer" => {}
             "compression.type" => return Err(invalid("only `producer` is supported")),
             "message.timestamp.type" if value == "CreateTime" => {}
@@ -125,7 +203,11 @@ impl LogConfig {
     /// The value of a topic property as Kafka would show it.
     pub(crate) fn value_of(&self, name: &str) -> Option<String> {
         Some(match name {
-            "cleanup.policy" => "delete".to_owned(),
+            "cleanup.policy" => self.cleanup_policy.to_string(),
+            "delete.retention.ms" => self.delete_retention_ms.to_string(),
+            "min.cleanable.dirty.ratio" => self.min_cleanable_dirty_ratio.to_string(),
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms.to_string(),
             "compression.type" => "producer".to_owned(),
             "message.timestamp.type" => "CreateTime".to_owned(),
             "flush.messages" => self.flush_messages.to_string(),
@@ -156,7 +238,14 @@ mod tests {
         overrides.insert("segment.bytes".to_owned(), "lots".to_owned());
         assert!(LogConfig::resolve(&broker, &overrides).is_err());
         overrides.remove("segment.bytes");
+        overrides.insert("cleanup.policy".to_owned(), "compact,delete".to_owned());
+        let config = LogConfig::resolve(&broker, &overrides).unwrap();
+        assert!(config.cleanup_policy.compact && config.cleanup_policy.delete);
+        assert_eq!(config.value_of("cleanup.policy").unwrap(), "compact,delete");
+        overrides.insert("cleanup.policy".to_owned(), "shred".to_owned());
+        assert!(LogConfig::resolve(&broker, &overrides).is_err());
         overrides.insert("cleanup.policy".to_owned(), "compact".to_owned());
+        overrides.insert("min.cleanable.dirty.ratio".to_owned(), "1.5".to_owned());
         assert!(LogConfig::resolve(&broker, &overrides).is_err());
     }
 }

@@ -501,6 +501,11 @@ impl PartitionLog {
     }
 
     /// Largest batch this log accepts.
+    /// Whether `cleanup.policy` includes `compact`: such a topic refuses keyless records.
+    pub(crate) fn compacted(&self) -> bool {
+        self.config.cleanup_policy.compact
+    }
+
     pub(crate) fn max_message_bytes(&self) -> i32 {
         self.config.max_message_bytes
     }
@@ -764,10 +769,15 @@ impl PartitionLog {
         let mut total = self.size_bytes() as i64;
         while self.segments.len() > 1 {
             let oldest = &self.segments[0];
-            let expired = self.config.retention_ms >= 0
+            // A compacted topic without `delete` in its policy keeps its segments: the
+            // latest value of every key must stay readable.
+            let deletes = self.config.cleanup_policy.delete;
+            let expired = deletes
+                && self.config.retention_ms >= 0
                 && oldest.max_timestamp() >= 0
                 && now - oldest.max_timestamp() > self.config.retention_ms;
-            let over_size = self.config.retention_bytes >= 0
+            let over_size = deletes
+                && self.config.retention_bytes >= 0
                 && total - oldest.size() as i64 >= self.config.retention_bytes;
             let empty = oldest.size() == 0;
             if !(expired || over_size || empty) {
