@@ -1186,6 +1186,29 @@ mod tests {
     }
 
     #[test]
+    fn retention_deletes_no_segment_of_a_compacted_topic_unless_its_policy_says_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(300);
+        config.retention_ms = 1;
+        config.cleanup_policy = crate::topic_config::CleanupPolicy {
+            compact: true,
+            delete: false,
+        };
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config.clone(), true).unwrap();
+        for _ in 0..10 {
+            append(&mut log, 3, 1_000);
+        }
+        let segments = log.segment_count();
+        assert!(segments > 2);
+        // Every segment is from 1970: far past retention.ms, yet compact alone keeps them.
+        assert_eq!(log.enforce_retention(now_ms()).unwrap(), 0);
+        assert_eq!(log.segment_count(), segments);
+        config.cleanup_policy.delete = true;
+        log.set_config(config);
+        assert_eq!(log.enforce_retention(now_ms()).unwrap(), segments - 1);
+    }
+
+    #[test]
     fn read_committed_stops_at_the_open_transaction_and_skips_aborted_ones() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = PartitionLog::open(dir.path(), "t-0".into(), config(300), true).unwrap();
