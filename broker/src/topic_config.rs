@@ -14,12 +14,19 @@ const NEVER: i64 = i64::MAX;
 pub(crate) const TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("cleanup.policy", "log.cleanup.policy"),
     ("compression.type", "compression.type"),
+    ("delete.retention.ms", "log.cleaner.delete.retention.ms"),
     ("flush.messages", "log.flush.interval.messages"),
     ("flush.ms", "log.flush.interval.ms"),
     ("index.interval.bytes", "log.index.interval.bytes"),
+    ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
     ("max.message.bytes", "message.max.bytes"),
     ("message.timestamp.type", "log.message.timestamp.type"),
     ("min.insync.replicas", "min.insync.replicas"),
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
     ("retention.bytes", "log.retention.bytes"),
     ("retention.ms", "log.retention.ms"),
     ("segment.bytes", "log.segment.bytes"),
@@ -245,7 +252,61 @@ pub(crate) struct LogConfig {
     pub(crate) min_insync_replicas: i64,
     /// The values of [`INERT_TOPIC_CONFIGS`] set on the topic.
     pub(crate) inert: BTreeMap<&'static str, String>,
+    /// `cleanup.policy`: `delete`, `compact` or both.
+    pub(crate) cleanup_policy: CleanupPolicy,
+    /// `delete.retention.ms`: how long tombstones stay after their segment was cleaned.
+    pub(crate) delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio`.
+    pub(crate) min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`.
+    pub(crate) min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`.
+    pub(crate) max_compaction_lag_ms: i64,
 }
+
+/// Kafka's `cleanup.policy`: a list of `delete` and `compact`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CleanupPolicy {
+    pub(crate) delete: bool,
+    pub(crate) compact: bool,
+}
+
+impl CleanupPolicy {
+    pub(crate) const DELETE: CleanupPolicy = CleanupPolicy {
+        delete: true,
+        compact: false,
+    };
+
+    /// Parses Kafka's comma-separated list (`delete`, `compact`, `compact,delete`).
+    pub(crate) fn parse(value: &str) -> Option<CleanupPolicy> {
+        let mut policy = CleanupPolicy {
+            delete: false,
+            compact: false,
+        };
+        for item in value.split(',') {
+            match item.trim() {
+                "delete" => policy.delete = true,
+                "compact" => policy.compact = true,
+                _ => return None,
+            }
+        }
+        (policy.delete || policy.compact).then_some(policy)
+    }
+}
+
+impl std::fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match (self.compact, self.delete) {
+            (true, true) => "compact,delete",
+            (true, false) => "compact",
+            _ => "delete",
+        })
+    }
+}
+
+/// Kafka's defaults for the compaction settings.
+const DELETE_RETENTION_MS: i64 = 86_400_000;
+const MIN_CLEANABLE_DIRTY_RATIO: f64 = 0.5;
 
 /// A topic config value that cannot be accepted.
 #[derive(Debug, thiserror::Error)]
@@ -280,6 +341,11 @@ impl LogConfig {
             log_append_time: false,
             min_insync_replicas: 1,
             inert: BTreeMap::new(),
+            cleanup_policy: CleanupPolicy::DELETE,
+            delete_retention_ms: DELETE_RETENTION_MS,
+            min_cleanable_dirty_ratio: MIN_CLEANABLE_DIRTY_RATIO,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: NEVER,
         };
         for (name, value) in overrides {
             config.apply(name, value)?;
@@ -304,8 +370,6 @@ impl LogConfig {
             Ok(n)
         };
         match name {
-            "cleanup.policy" if value == "delete" => {}
-            "cleanup.policy" => return Err(invalid("only `delete` is supported")),
             "compression.type" => {
                 self.compression = compression_of(value).ok_or_else(|| {
                     invalid("not one of uncompressed, zstd, lz4, snappy, gzip, producer")
@@ -324,6 +388,20 @@ impl LogConfig {
                     return Err(invalid("above 2147483647"));
                 }
             }
+            "cleanup.policy" => {
+                self.cleanup_policy = CleanupPolicy::parse(value)
+                    .ok_or_else(|| invalid("expected `delete`, `compact` or `compact,delete`"))?
+            }
+            "delete.retention.ms" => self.delete_retention_ms = int(0)?,
+            "min.cleanable.dirty.ratio" => {
+                let ratio: f64 = value.trim().parse().map_err(|_| invalid("not a number"))?;
+                if !(0.0..=1.0).contains(&ratio) {
+                    return Err(invalid("not between 0 and 1"));
+                }
+                self.min_cleanable_dirty_ratio = ratio
+            }
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = int(0)?,
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms = int(1)?,
             "flush.messages" => self.flush_messages = int(1)?,
             "flush.ms" => self.flush_ms = int(0)?,
             "index.interval.bytes" => {
@@ -359,7 +437,6 @@ impl LogConfig {
     /// The value of a topic property as Kafka would show it.
     pub(crate) fn value_of(&self, name: &str) -> Option<String> {
         Some(match name {
-            "cleanup.policy" => "delete".to_owned(),
             "compression.type" => compression_name(self.compression).to_owned(),
             "message.timestamp.type" => if self.log_append_time {
                 "LogAppendTime"
@@ -368,6 +445,11 @@ impl LogConfig {
             }
             .to_owned(),
             "min.insync.replicas" => self.min_insync_replicas.to_string(),
+            "cleanup.policy" => self.cleanup_policy.to_string(),
+            "delete.retention.ms" => self.delete_retention_ms.to_string(),
+            "min.cleanable.dirty.ratio" => self.min_cleanable_dirty_ratio.to_string(),
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms.to_string(),
             "flush.messages" => self.flush_messages.to_string(),
             "flush.ms" => self.flush_ms.to_string(),
             "index.interval.bytes" => self.index_interval_bytes.to_string(),
@@ -402,7 +484,14 @@ mod tests {
         overrides.insert("segment.bytes".to_owned(), "lots".to_owned());
         assert!(LogConfig::resolve(&broker, &overrides).is_err());
         overrides.remove("segment.bytes");
+        overrides.insert("cleanup.policy".to_owned(), "compact,delete".to_owned());
+        let config = LogConfig::resolve(&broker, &overrides).unwrap();
+        assert!(config.cleanup_policy.compact && config.cleanup_policy.delete);
+        assert_eq!(config.value_of("cleanup.policy").unwrap(), "compact,delete");
+        overrides.insert("cleanup.policy".to_owned(), "shred".to_owned());
+        assert!(LogConfig::resolve(&broker, &overrides).is_err());
         overrides.insert("cleanup.policy".to_owned(), "compact".to_owned());
+        overrides.insert("min.cleanable.dirty.ratio".to_owned(), "1.5".to_owned());
         assert!(LogConfig::resolve(&broker, &overrides).is_err());
     }
 }

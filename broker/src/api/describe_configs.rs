@@ -48,6 +48,7 @@ const BOOLEAN: i8 = 1;
 const STRING: i8 = 2;
 const INT: i8 = 3;
 const LONG: i8 = 5;
+const DOUBLE: i8 = 6;
 pub(super) const LIST: i8 = 7;
 
 /// One config value as described to clients.
@@ -72,6 +73,7 @@ pub(super) fn topic_config_type(name: &str) -> i8 {
     match name {
         "cleanup.policy" => LIST,
         "compression.type" | "message.timestamp.type" => STRING,
+        "min.cleanable.dirty.ratio" => DOUBLE,
         "index.interval.bytes" | "max.message.bytes" | "min.insync.replicas" | "segment.bytes" => {
             INT
         }

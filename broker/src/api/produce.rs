@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
 use kafka_protocol::protocol::VersionRange;
 
@@ -100,6 +102,39 @@ fn append(
     let max = usize::try_from(log.max_message_bytes()).unwrap_or(0);
     if headers.iter().any(|(_, h)| h.size > max) {
         return fail(ResponseError::MessageTooLarge);
+    }
+    // As Kafka's: a compacted topic keeps the last record of each key, so a record without
+    // one is refused, every such record named by its index in the request's records.
+    if log.compacted() {
+        let mut errors = Vec::new();
+        let mut position = 0i32;
+        for (at, _) in &headers {
+            // The batches as they are appended (re-encoded for the topic's codec, maybe).
+            let Some(records) = batch::decode_records(&bytes[*at..]) else {
+                return fail(ResponseError::CorruptMessage);
+            };
+            for record in records {
+                if record.key.is_none() {
+                    errors.push(
+                        BatchIndexAndErrorMessage::default()
+                            .with_batch_index(position)
+                            .with_batch_index_error_message(Some(
+                                "Compacted topic cannot accept message without key.".into(),
+                            )),
+                    );
+                }
+                position = position.saturating_add(1);
+            }
+        }
+        if !errors.is_empty() {
+            let message = format!(
+                "Compacted topic cannot accept message without key in topic partition {}-{index}.",
+                topic.name
+            );
+            return fail(ResponseError::InvalidRecord)
+                .with_record_errors(errors)
+                .with_error_message(Some(message.into()));
+        }
     }
     match log.append(&mut bytes, &mut headers) {
         Ok(base_offset) => {

@@ -511,6 +511,11 @@ impl PartitionLog {
     }
 
     /// Largest batch this log accepts.
+    /// Whether `cleanup.policy` includes `compact`: such a topic refuses keyless records.
+    pub(crate) fn compacted(&self) -> bool {
+        self.config.cleanup_policy.compact
+    }
+
     pub(crate) fn max_message_bytes(&self) -> i32 {
         self.config.max_message_bytes
     }
@@ -774,10 +779,15 @@ impl PartitionLog {
         let mut total = self.size_bytes() as i64;
         while self.segments.len() > 1 {
             let oldest = &self.segments[0];
-            let expired = self.config.retention_ms >= 0
+            // A compacted topic without `delete` in its policy keeps its segments: the
+            // latest value of every key must stay readable.
+            let deletes = self.config.cleanup_policy.delete;
+            let expired = deletes
+                && self.config.retention_ms >= 0
                 && oldest.max_timestamp() >= 0
                 && now - oldest.max_timestamp() > self.config.retention_ms;
-            let over_size = self.config.retention_bytes >= 0
+            let over_size = deletes
+                && self.config.retention_bytes >= 0
                 && total - oldest.size() as i64 >= self.config.retention_bytes;
             let empty = oldest.size() == 0;
             if !(expired || over_size || empty) {
@@ -1183,6 +1193,29 @@ mod tests {
             let snapshots = log.snapshots().unwrap();
             assert!(snapshots.len() <= SNAPSHOTS_KEPT, "{snapshots:?}");
         }
+    }
+
+    #[test]
+    fn retention_deletes_no_segment_of_a_compacted_topic_unless_its_policy_says_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(300);
+        config.retention_ms = 1;
+        config.cleanup_policy = crate::topic_config::CleanupPolicy {
+            compact: true,
+            delete: false,
+        };
+        let mut log = PartitionLog::open(dir.path(), "t-0".into(), config.clone(), true).unwrap();
+        for _ in 0..10 {
+            append(&mut log, 3, 1_000);
+        }
+        let segments = log.segment_count();
+        assert!(segments > 2);
+        // Every segment is from 1970: far past retention.ms, yet compact alone keeps them.
+        assert_eq!(log.enforce_retention(now_ms()).unwrap(), 0);
+        assert_eq!(log.segment_count(), segments);
+        config.cleanup_policy.delete = true;
+        log.set_config(config);
+        assert_eq!(log.enforce_retention(now_ms()).unwrap(), segments - 1);
     }
 
     #[test]
