@@ -263,6 +263,30 @@ fn three_consumer_protocol_members_split_partitions_and_survive_a_sigkill() {
         listed.contains("g848") && listed.contains("gclassic"),
         "{listed}"
     );
+    // `agent groups --describe` names the owner of every partition of the consumer-protocol
+    // group (from ConsumerGroupDescribe): the two survivors, three partitions each.
+    let described = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args([
+            "groups",
+            "--bootstrap-server",
+            &bootstrap,
+            "--describe",
+            "--group",
+            "g848",
+        ])
+        .output()
+        .unwrap();
+    let described = String::from_utf8_lossy(&described.stdout);
+    let rows: Vec<Vec<&str>> = described
+        .lines()
+        .skip(1)
+        .filter(|l| l.starts_with("g848"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 6, "{described}");
+    let owners: BTreeSet<&str> = rows.iter().map(|r| r[6]).collect();
+    assert_eq!(owners.len(), 2, "two owners: {described}");
+    assert!(!owners.contains("-"), "{described}");
     for c in children.iter_mut().skip(1).chain([&mut classic]) {
         let _ = c.kill();
         let _ = c.wait();

@@ -145,6 +145,50 @@ struct Row {
     owner: Option<(String, String, String)>,
 }
 
+/// (topic, partition, (member id, host, client id)) of the members of a consumer-protocol
+/// group; none when the group is not one or the cluster does not serve ConsumerGroupDescribe.
+fn consumer_protocol_owners(
+    cluster: &ClusterArgs,
+    group: &str,
+) -> Vec<(String, i32, (String, String, String))> {
+    use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId};
+    use kafka_protocol::protocol::StrBytes;
+
+    let described = || -> anyhow::Result<_> {
+        let security = cluster.wire_security()?;
+        super::runtime()?.block_on(async {
+            let mut connection =
+                super::wire::Connection::bootstrap(&cluster.bootstrap_server, &security).await?;
+            let version = connection.version::<ConsumerGroupDescribeRequest>()?;
+            let request = ConsumerGroupDescribeRequest::default()
+                .with_group_ids(vec![GroupId(StrBytes::from_string(group.to_owned()))]);
+            connection.call(version, &request).await
+        })
+    };
+    let Ok(response) = described() else {
+        return Vec::new();
+    };
+    let mut owners = Vec::new();
+    for described in response.groups.into_iter().filter(|g| g.error_code == 0) {
+        for member in described.members {
+            for assigned in &member.assignment.topic_partitions {
+                for &partition in &assigned.partitions {
+                    owners.push((
+                        assigned.topic_name.0.to_string(),
+                        partition,
+                        (
+                            member.member_id.to_string(),
+                            format!("/{}", member.client_host.trim_start_matches('/')),
+                            member.client_id.to_string(),
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    owners
+}
+
 fn describe(cluster: &ClusterArgs, group: &str, out: &mut impl Write) -> anyhow::Result<()> {
     let consumer = group_client(cluster, group)?;
     let list = consumer
@@ -173,6 +217,11 @@ fn describe(cluster: &ClusterArgs, group: &str, out: &mut impl Write) -> anyhow:
                 ),
             ));
         }
+    }
+    // A KIP-848 (consumer protocol) group has no members in DescribeGroups: its owners come
+    // from ConsumerGroupDescribe.
+    if owners.is_empty() {
+        owners = consumer_protocol_owners(cluster, group);
     }
     // Committed offsets of every partition of every topic; keep those the group has.
     let metadata = consumer
