@@ -855,3 +855,83 @@ fn configs_tool_alters_and_describes_topic_configs_as_kafka_configs_sh() {
         "{stderr}"
     );
 }
+
+/// `agent get-offsets` prints `topic:partition:offset` lines as kafka-get-offsets.sh: the log
+/// end by default, the start with `--time -2`, the first offset at a timestamp, nothing after
+/// the colon where no record is that late.
+#[test]
+fn get_offsets_prints_topic_partition_offset_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_broker, bootstrap) = start_broker(dir.path());
+    let b = bootstrap.as_str();
+    for topic in ["offsets-a", "offsets-b"] {
+        agent(
+            &[
+                "topics",
+                "--bootstrap-server",
+                b,
+                "--create",
+                "--topic",
+                topic,
+                "--partitions",
+                "2",
+            ],
+            None,
+        );
+    }
+    let input: String = (0..30).map(|i| format!("k{i}\tv{i}\n")).collect();
+    agent(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "offsets-a",
+        ]
+        .into_iter()
+        .chain(["--property", "parse.key=true"])
+        .collect::<Vec<_>>(),
+        Some(input.as_bytes()),
+    );
+    let offsets = |args: &[&str]| {
+        let mut all = vec!["get-offsets", "--bootstrap-server", b];
+        all.extend_from_slice(args);
+        stdout(&agent(&all, None))
+    };
+    let latest = offsets(&["--topic", "offsets-.*"]);
+    let lines: Vec<&str> = latest.lines().collect();
+    assert_eq!(lines.len(), 4, "{latest}");
+    assert_eq!(lines[2..], ["offsets-b:0:0", "offsets-b:1:0"], "{latest}");
+    let total: i64 = lines[..2]
+        .iter()
+        .map(|l| {
+            assert!(l.starts_with("offsets-a:"), "{l}");
+            l.rsplit(':').next().unwrap().parse::<i64>().unwrap()
+        })
+        .sum();
+    assert_eq!(total, 30, "{latest}");
+    assert_eq!(
+        offsets(&["--topic", "offsets-a", "--time", "-2"]),
+        "offsets-a:0:0\noffsets-a:1:0\n"
+    );
+    assert_eq!(
+        offsets(&["--topic-partitions", "offsets-a:1", "--time", "earliest"]),
+        "offsets-a:1:0\n"
+    );
+    // Every record is older than the year 2200; the first is at or after 0.
+    assert_eq!(
+        offsets(&[
+            "--topic",
+            "offsets-a",
+            "--partitions",
+            "0",
+            "--time",
+            "7258118400000"
+        ]),
+        "offsets-a:0:\n"
+    );
+    assert_eq!(
+        offsets(&["--topic", "offsets-a", "--partitions", "0", "--time", "0"]),
+        "offsets-a:0:0\n"
+    );
+}

@@ -118,6 +118,9 @@ enum Command {
     Groups(tools::groups::GroupsArgs),
     /// Lists transactions and describes one (as kafka-transactions.sh `list` and `describe`).
     Transactions(tools::transactions::TransactionsArgs),
+    /// Prints the offsets of topic partitions at a time: latest, earliest or a timestamp (as
+    /// kafka-get-offsets.sh).
+    GetOffsets(tools::get_offsets::GetOffsetsArgs),
     /// Describes and alters topic configs and describes broker settings (as kafka-configs.sh).
     Configs(tools::configs::ConfigsArgs),
     /// Adds, removes and lists ACLs (as kafka-acls.sh).
@@ -263,6 +266,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Transactions(args) => tool(tools::transactions::run(args)),
         Command::Acls(args) => tool(tools::acls::run(args)),
         Command::Configs(args) => tool(tools::configs::run(args)),
+        Command::GetOffsets(args) => tool(tools::get_offsets::run(args)),
         Command::Users(args) => tool(tools::users::run(args)),
         Command::Top(args) => tool(tools::top::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
