@@ -289,7 +289,7 @@ async fn api_versions_in_an_unknown_version_answers_unsupported_version_with_a_v
     assert!(
         ok.api_keys
             .iter()
-            .all(|k| k.api_key != ApiKey::ConsumerGroupHeartbeat as i16)
+            .all(|k| k.api_key != ApiKey::DeleteRecords as i16)
     );
     broker.shutdown().await;
 }
