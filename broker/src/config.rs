@@ -74,6 +74,19 @@ pub struct BrokerConfig {
     /// Most bytes a scrub reads per second, so that it does not compete with clients for the
     /// disk (no Kafka property). Default 10485760 (10 MiB).
     pub log_scrub_bytes_per_sec: u64,
+    /// Run the log cleaner, which compacts the topics whose `cleanup.policy` includes
+    /// `compact` (Kafka `log.cleaner.enable`). Default true.
+    pub log_cleaner_enable: bool,
+    /// Pause between two rounds of the cleaner over the compacted partitions (Kafka
+    /// `log.cleaner.backoff.ms`). Default 15000.
+    pub log_cleaner_backoff_ms: u64,
+    /// Most memory a compaction pass gives to the keys it collects (Kafka
+    /// `log.cleaner.dedupe.buffer.size`); a pass with more keys cleans part of the log and
+    /// leaves the rest to the next. Default 134217728 (128 MiB).
+    pub log_cleaner_dedupe_buffer_size: u64,
+    /// Most bytes the cleaner reads per second (Kafka `log.cleaner.io.max.bytes.per.second`);
+    /// 0 means no limit. Default 0.
+    pub log_cleaner_io_max_bytes_per_second: u64,
     /// Largest record batch accepted (Kafka `message.max.bytes`, topic `max.message.bytes`);
     /// larger batches get MESSAGE_TOO_LARGE. Default 1048588.
     pub message_max_bytes: i32,
@@ -199,6 +212,10 @@ impl Default for BrokerConfig {
             log_scrub_interval_ms: 86_400_000,
             log_files_idle_close_ms: 300_000,
             log_scrub_bytes_per_sec: 10 << 20,
+            log_cleaner_enable: true,
+            log_cleaner_backoff_ms: 15_000,
+            log_cleaner_dedupe_buffer_size: 128 << 20,
+            log_cleaner_io_max_bytes_per_second: 0,
             message_max_bytes: 1_048_588,
             socket_request_max_bytes: 104_857_600,
             connections_max_idle_ms: 600_000,

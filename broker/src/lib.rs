@@ -23,6 +23,7 @@
 
 mod api;
 mod catalog;
+mod compaction;
 mod config;
 mod connection;
 mod dump;

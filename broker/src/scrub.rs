@@ -41,26 +41,55 @@ pub(crate) async fn run(ctx: Arc<Context>, interval: Duration, bytes_per_sec: u6
     }
 }
 
-/// One scrub of every finished segment of every partition.
-fn scrub(topics: &Topics, stop: &CancellationToken, bytes_per_sec: u64) {
-    let started = Instant::now();
-    let mut read = 0u64;
-    let mut keep_going = |bytes: u64| {
-        read += bytes;
-        if bytes_per_sec > 0 {
+/// Keeps a background reader to a rate: [`Throttle::pass`] sleeps as long as the bytes read
+/// so far are ahead of `bytes_per_sec` (0: no limit), in pauses of at most [`MAX_PAUSE`] so
+/// that a shutdown is noticed.
+pub(crate) struct Throttle<'a> {
+    started: Instant,
+    read: u64,
+    bytes_per_sec: u64,
+    stop: &'a CancellationToken,
+}
+
+impl<'a> Throttle<'a> {
+    pub(crate) fn new(bytes_per_sec: u64, stop: &'a CancellationToken) -> Throttle<'a> {
+        Throttle {
+            started: Instant::now(),
+            read: 0,
+            bytes_per_sec,
+            stop,
+        }
+    }
+
+    /// Counts `bytes` read, waits if they are ahead of the rate; false once shutting down.
+    pub(crate) fn pass(&mut self, bytes: u64) -> bool {
+        self.read += bytes;
+        if self.bytes_per_sec > 0 {
             loop {
-                let due = Duration::from_secs_f64(read as f64 / bytes_per_sec as f64);
-                let Some(ahead) = due.checked_sub(started.elapsed()) else {
+                let due = Duration::from_secs_f64(self.read as f64 / self.bytes_per_sec as f64);
+                let Some(ahead) = due.checked_sub(self.started.elapsed()) else {
                     break;
                 };
-                if stop.is_cancelled() {
+                if self.stop.is_cancelled() {
                     break;
                 }
                 std::thread::sleep(ahead.min(MAX_PAUSE));
             }
         }
-        !stop.is_cancelled()
-    };
+        !self.stop.is_cancelled()
+    }
+
+    /// Bytes read so far.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.read
+    }
+}
+
+/// One scrub of every finished segment of every partition.
+fn scrub(topics: &Topics, stop: &CancellationToken, bytes_per_sec: u64) {
+    let started = Instant::now();
+    let mut throttle = Throttle::new(bytes_per_sec, stop);
+    let mut keep_going = |bytes: u64| throttle.pass(bytes);
     for topic in topics.all() {
         for partition in &topic.partitions {
             let targets = partition.log().scrub_targets();
@@ -96,5 +125,5 @@ fn scrub(topics: &Topics, stop: &CancellationToken, bytes_per_sec: u64) {
             }
         }
     }
-    tracing::debug!(bytes = read, elapsed = ?started.elapsed(), "scrubbed the finished segments");
+    tracing::debug!(bytes = throttle.bytes(), elapsed = ?started.elapsed(), "scrubbed the finished segments");
 }

@@ -315,6 +315,19 @@ impl Broker {
             Duration::from_millis(config.log_scrub_interval_ms),
             config.log_scrub_bytes_per_sec,
         ));
+        if config.log_cleaner_enable {
+            tracker.spawn(crate::compaction::run(
+                Arc::clone(&ctx),
+                crate::compaction::Settings {
+                    backoff: Duration::from_millis(config.log_cleaner_backoff_ms.max(1)),
+                    bytes_per_sec: config.log_cleaner_io_max_bytes_per_second,
+                    limits: crate::log::cleaner::Limits {
+                        dedupe_buffer_bytes: usize::try_from(config.log_cleaner_dedupe_buffer_size)
+                            .unwrap_or(usize::MAX),
+                    },
+                },
+            ));
+        }
         tracker.spawn(group_timeouts(Arc::clone(&ctx)));
         tracker.spawn(transaction_timeouts(
             Arc::clone(&ctx),

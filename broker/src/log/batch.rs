@@ -231,8 +231,34 @@ pub(crate) fn decode_records(bytes: &[u8]) -> Option<Vec<kafka_protocol::records
 /// Walks `count` v2 records in `bytes` (uncompressed), checking that every length and count
 /// fits in what is left.
 pub(crate) fn check_records(bytes: &[u8], count: usize) -> Result<(), &'static str> {
+    raw_records(bytes, count).map(|_| ())
+}
+
+/// One v2 record, located in its batch's (decompressed) records without being copied.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RawRecord {
+    /// The record's bytes, its length prefix included: copied as they are into a batch with
+    /// the same base offset and base timestamp, they keep their offset and timestamp.
+    pub(crate) span: std::ops::Range<usize>,
+    pub(crate) offset_delta: i64,
+    pub(crate) timestamp_delta: i64,
+    /// Where the key's bytes are; `None` for a null key.
+    pub(crate) key: Option<std::ops::Range<usize>>,
+    /// The value is null: a tombstone, on a compacted topic.
+    pub(crate) tombstone: bool,
+}
+
+/// Walks `count` v2 records in `bytes` (uncompressed), checking that every length and count
+/// fits in what is left, and says where each record and its key are.
+pub(crate) fn raw_records(bytes: &[u8], count: usize) -> Result<Vec<RawRecord>, &'static str> {
+    // Each record takes at least MIN_RECORD_LEN bytes: a hostile count allocates nothing.
+    if count > bytes.len() / MIN_RECORD_LEN + 1 {
+        return Err("more records than the bytes hold");
+    }
+    let mut out = Vec::with_capacity(count);
     let mut at = 0usize;
     for _ in 0..count {
+        let start = at;
         let len = varint(bytes, &mut at)?;
         let len = usize::try_from(len).map_err(|_| "negative record length")?;
         let end = at
@@ -241,10 +267,10 @@ pub(crate) fn check_records(bytes: &[u8], count: usize) -> Result<(), &'static s
             .ok_or("record past the end")?;
         let record = &bytes[..end];
         at += 1; // attributes
-        varint(record, &mut at)?; // timestamp delta
-        varint(record, &mut at)?; // offset delta
-        skip_bytes(record, &mut at)?; // key
-        skip_bytes(record, &mut at)?; // value
+        let timestamp_delta = varint(record, &mut at)?;
+        let offset_delta = varint(record, &mut at)?;
+        let key = skip_bytes(record, &mut at)?;
+        let value = skip_bytes(record, &mut at)?;
         let headers = varint(record, &mut at)?;
         let headers = usize::try_from(headers).map_err(|_| "negative header count")?;
         // Each header takes at least two bytes: its key and value lengths.
@@ -258,9 +284,16 @@ pub(crate) fn check_records(bytes: &[u8], count: usize) -> Result<(), &'static s
         if at > end {
             return Err("record fields past its length");
         }
+        out.push(RawRecord {
+            span: start..end,
+            offset_delta,
+            timestamp_delta,
+            key,
+            tombstone: value.is_none(),
+        });
         at = end;
     }
-    Ok(())
+    Ok(out)
 }
 
 /// A zigzag varint (up to 64 bits) at `*at`, moving `*at` past it.
@@ -277,18 +310,22 @@ fn varint(bytes: &[u8], at: &mut usize) -> Result<i64, &'static str> {
     Err("varint longer than 10 bytes")
 }
 
-/// Skips a length-prefixed byte string (-1 for null).
-fn skip_bytes(bytes: &[u8], at: &mut usize) -> Result<(), &'static str> {
+/// Skips a length-prefixed byte string, returning where its bytes are (`None` for null, -1).
+fn skip_bytes(
+    bytes: &[u8],
+    at: &mut usize,
+) -> Result<Option<std::ops::Range<usize>>, &'static str> {
     let len = varint(bytes, at)?;
     if len < 0 {
-        return Ok(());
+        return Ok(None);
     }
     let len = usize::try_from(len).map_err(|_| "length too large")?;
+    let start = *at;
     *at = at
         .checked_add(len)
         .filter(|e| *e <= bytes.len())
         .ok_or("bytes past the end")?;
-    Ok(())
+    Ok(Some(start..*at))
 }
 
 /// Attributes bit of a batch stamped with the broker's append time (`LogAppendTime`).
@@ -307,10 +344,6 @@ pub(crate) fn rewrite(
     codec: Option<kafka_protocol::records::Compression>,
     append_time: Option<i64>,
 ) -> Result<Option<Vec<u8>>, &'static str> {
-    use bytes::{BufMut, Bytes, BytesMut};
-    use kafka_protocol::compression::{self as compressor, Compressor, Decompressor};
-    use kafka_protocol::records::Compression;
-
     let header = validate(bytes).map_err(|_| "the batch is not valid")?;
     let attributes = header.attributes;
     let target = codec.map(|c| c as i16);
@@ -321,33 +354,10 @@ pub(crate) fn rewrite(
     let mut out = bytes[..HEADER_LEN].to_vec();
     let mut attributes = attributes;
     if let Some(target) = target.filter(|_| recode) {
-        let mut stored = Bytes::copy_from_slice(&bytes[HEADER_LEN..header.size]);
-        let plain = |b: &mut Bytes| Ok(b.clone());
-        let records = match attributes & CODEC {
-            0 => Ok(stored),
-            1 => compressor::Gzip::decompress(&mut stored, plain),
-            2 => compressor::Snappy::decompress(&mut stored, plain),
-            3 => compressor::Lz4::decompress(&mut stored, plain),
-            4 => compressor::Zstd::decompress(&mut stored, plain),
-            _ => return Err("the batch's codec is unknown"),
-        }
-        .map_err(|_| "the records do not decompress")?;
+        let records = decompress(attributes, &bytes[HEADER_LEN..header.size])?;
         let count = usize::try_from(header.record_count).map_err(|_| "negative record count")?;
         check_records(&records, count)?;
-        let mut encoded = BytesMut::new();
-        let copy = |into: &mut BytesMut| {
-            into.put_slice(&records);
-            Ok(())
-        };
-        match codec {
-            Some(Compression::Gzip) => compressor::Gzip::compress(&mut encoded, copy),
-            Some(Compression::Snappy) => compressor::Snappy::compress(&mut encoded, copy),
-            Some(Compression::Lz4) => compressor::Lz4::compress(&mut encoded, copy),
-            Some(Compression::Zstd) => compressor::Zstd::compress(&mut encoded, copy),
-            Some(Compression::None) | None => copy(&mut encoded),
-        }
-        .map_err(|_| "the records do not compress")?;
-        out.extend_from_slice(&encoded);
+        out.extend_from_slice(&compress(target, &records)?);
         attributes = (attributes & !CODEC) | target;
     } else {
         out.extend_from_slice(&bytes[HEADER_LEN..header.size]);
@@ -356,12 +366,127 @@ pub(crate) fn rewrite(
         attributes |= LOG_APPEND_TIME;
         out[35..43].copy_from_slice(&now.to_be_bytes());
     }
-    let length = i32::try_from(out.len() - LOG_OVERHEAD).map_err(|_| "the batch is too large")?;
-    out[8..12].copy_from_slice(&length.to_be_bytes());
     out[21..23].copy_from_slice(&attributes.to_be_bytes());
-    let crc = crc32c::crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    seal(&mut out)?;
     Ok(Some(out))
+}
+
+/// Sets the length and CRC of a batch whose other fields and records are written.
+fn seal(batch: &mut [u8]) -> Result<(), &'static str> {
+    let length = i32::try_from(batch.len() - LOG_OVERHEAD).map_err(|_| "the batch is too large")?;
+    batch[8..12].copy_from_slice(&length.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
+}
+
+/// The records of a batch (`stored`: its bytes after the header), decompressed for the codec
+/// in its `attributes`.
+pub(crate) fn decompress(attributes: i16, stored: &[u8]) -> Result<bytes::Bytes, &'static str> {
+    use kafka_protocol::compression::{self as compressor, Decompressor};
+
+    let mut stored = bytes::Bytes::copy_from_slice(stored);
+    let plain = |b: &mut bytes::Bytes| Ok(b.clone());
+    match attributes & CODEC {
+        0 => Ok(stored),
+        1 => compressor::Gzip::decompress(&mut stored, plain),
+        2 => compressor::Snappy::decompress(&mut stored, plain),
+        3 => compressor::Lz4::decompress(&mut stored, plain),
+        4 => compressor::Zstd::decompress(&mut stored, plain),
+        _ => return Err("the batch's codec is unknown"),
+    }
+    .map_err(|_| "the records do not decompress")
+}
+
+/// `records` compressed with the codec of attributes bits `codec` (0 leaves them as they are).
+fn compress(codec: i16, records: &[u8]) -> Result<bytes::BytesMut, &'static str> {
+    use bytes::BufMut;
+    use kafka_protocol::compression::{self as compressor, Compressor};
+
+    let mut encoded = bytes::BytesMut::new();
+    let copy = |into: &mut bytes::BytesMut| {
+        into.put_slice(records);
+        Ok(())
+    };
+    match codec & CODEC {
+        0 => copy(&mut encoded),
+        1 => compressor::Gzip::compress(&mut encoded, copy),
+        2 => compressor::Snappy::compress(&mut encoded, copy),
+        3 => compressor::Lz4::compress(&mut encoded, copy),
+        4 => compressor::Zstd::compress(&mut encoded, copy),
+        _ => return Err("the batch's codec is unknown"),
+    }
+    .map_err(|_| "the records do not compress")?;
+    Ok(encoded)
+}
+
+/// The records of the whole, valid batch `bytes`, decompressed and located, for the cleaner.
+pub(crate) struct BatchRecords {
+    pub(crate) header: BatchHeader,
+    /// The batch's base timestamp: a record's timestamp is it plus the record's delta.
+    pub(crate) base_timestamp: i64,
+    /// The decompressed records.
+    pub(crate) bytes: bytes::Bytes,
+    pub(crate) records: Vec<RawRecord>,
+}
+
+impl BatchRecords {
+    /// Reads the batch: its CRC and every record length checked.
+    pub(crate) fn read(bytes: &[u8]) -> Result<BatchRecords, &'static str> {
+        let header = validate(bytes).map_err(|_| "the batch is not valid")?;
+        if !plausible_record_count(&header) {
+            return Err("the batch's record count does not fit its size");
+        }
+        let count = usize::try_from(header.record_count).map_err(|_| "negative record count")?;
+        let records = decompress(header.attributes, &bytes[HEADER_LEN..header.size])?;
+        let located = raw_records(&records, count)?;
+        Ok(BatchRecords {
+            header,
+            base_timestamp: i64_at(bytes, 27),
+            bytes: records,
+            records: located,
+        })
+    }
+
+    /// The offset of a record.
+    pub(crate) fn offset(&self, record: &RawRecord) -> i64 {
+        self.header.base_offset.saturating_add(record.offset_delta)
+    }
+
+    /// The timestamp of a record (the batch's, when the broker stamped it: LogAppendTime).
+    pub(crate) fn timestamp(&self, record: &RawRecord) -> i64 {
+        if self.header.attributes & LOG_APPEND_TIME != 0 {
+            self.header.max_timestamp
+        } else {
+            self.base_timestamp.saturating_add(record.timestamp_delta)
+        }
+    }
+
+    /// The key of a record, `None` when null.
+    pub(crate) fn key(&self, record: &RawRecord) -> Option<&[u8]> {
+        record.key.clone().map(|range| &self.bytes[range])
+    }
+
+    /// The batch `original` (which these records were read from) with only the records
+    /// `kept` (in order, a subset of [`BatchRecords::records`]), compressed as it was. Its
+    /// header stays as it was but for the record count, length and CRC: base offset, last
+    /// offset delta, timestamps and producer fields are kept, as Kafka's cleaner keeps them.
+    pub(crate) fn rebuild(
+        &self,
+        original: &[u8],
+        kept: &[&RawRecord],
+    ) -> Result<Vec<u8>, &'static str> {
+        let mut plain = Vec::with_capacity(kept.iter().map(|r| r.span.len()).sum());
+        for record in kept {
+            plain.extend_from_slice(&self.bytes[record.span.clone()]);
+        }
+        let mut out = original[..HEADER_LEN].to_vec();
+        out.extend_from_slice(&compress(self.header.attributes, &plain)?);
+        let count = i32::try_from(kept.len()).map_err(|_| "too many records")?;
+        out[57..61].copy_from_slice(&count.to_be_bytes());
+        seal(&mut out)?;
+        Ok(out)
+    }
 }
 
 /// Writes the broker-assigned base offset (and leader epoch 0) into a batch header. Neither

@@ -57,6 +57,7 @@
 //!   stop at them, and the batches after them are served.
 
 pub(crate) mod batch;
+pub(crate) mod cleaner;
 pub(crate) mod control;
 mod producers;
 pub(crate) mod scan;
@@ -183,6 +184,8 @@ pub(crate) struct PartitionLog {
     /// Offset below which everything was fsynced (persisted in [`RECOVERY_POINT_FILE`]): after
     /// a crash, the segments reaching past it have every batch's CRC checked.
     recovery_point: i64,
+    /// Where the last compaction pass ended (see [`cleaner`]): the dirty part starts here.
+    cleaner_checkpoint: i64,
 }
 
 /// The file in a partition's directory holding its recovery point, as a decimal offset.
@@ -212,6 +215,8 @@ impl PartitionLog {
             action: "create",
             source,
         })?;
+        // A compaction pass a stop interrupted is finished or undone before the segments open.
+        cleaner::recover(dir, &name)?;
         let entries = fs::read_dir(dir).map_err(|source| StorageError::Io {
             path: dir.to_path_buf(),
             action: "list",
@@ -276,6 +281,7 @@ impl PartitionLog {
             last_flush: Instant::now(),
             producers: ProducerStates::default(),
             recovery_point: recorded_point,
+            cleaner_checkpoint: cleaner::read_checkpoint(dir),
         };
         log.recover_producers()?;
         Ok(log)
