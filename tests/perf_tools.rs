@@ -251,11 +251,18 @@ fn a_throttled_run_keeps_to_the_rate_and_prints_metrics() {
     let (_broker, bootstrap) = start_broker(dir.path());
     let b = bootstrap.as_str();
     create_topic(b, "slow", "1");
+    // The servers from --producer.config, as Kafka's tool takes them.
+    let config = dir.path().join("producer.properties");
+    std::fs::write(
+        &config,
+        format!("# perf\nbootstrap.servers={b}\nacks=all\nkey.serializer=org.apache.kafka.common.serialization.ByteArraySerializer\n"),
+    )
+    .unwrap();
     let started = Instant::now();
     let out = ok(&[
         "producer-perf-test",
-        "--bootstrap-server",
-        b,
+        "--producer.config",
+        config.to_str().unwrap(),
         "--topic",
         "slow",
         "--num-records",
@@ -284,6 +291,38 @@ fn a_throttled_run_keeps_to_the_rate_and_prints_metrics() {
         .unwrap_or_else(|| panic!("{out}"));
     assert!(txmsgs.ends_with(": 4000.000"), "{txmsgs}");
     assert_eq!(end_offsets_sum(b, "slow"), 4000);
+
+    // --payload-monotonic: the payloads are the record numbers.
+    create_topic(b, "numbers", "1");
+    let out = ok(&[
+        "producer-perf-test",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "numbers",
+        "--num-records",
+        "12",
+        "--payload-monotonic",
+        "--throughput",
+        "-1",
+    ]);
+    assert_eq!(producer_summary(out.lines().last().unwrap()), 12, "{out}");
+    let out = ok(&[
+        "consumer-perf-test",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "numbers",
+        "--messages",
+        "12",
+        "--hide-header",
+    ]);
+    // "0" to "9" and "10", "11": 14 bytes.
+    assert_eq!(
+        consumer_summary(out.lines().next().unwrap()),
+        (format!("{:.4}", 14.0 / 1_048_576.0), 12),
+        "{out}"
+    );
 }
 
 #[test]
@@ -406,6 +445,31 @@ fn bad_flags_are_refused_with_what_is_wrong() {
     assert!(
         err.contains("expected key=value, got `buffer.memory`"),
         "{err}"
+    );
+    // Nothing listens on port 1: every record fails, the summary says 0 and the exit is 1.
+    let out = run(&[
+        "producer-perf-test",
+        "--bootstrap-server",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--num-records",
+        "5",
+        "--record-size",
+        "10",
+        "--throughput",
+        "-1",
+        "--producer-props",
+        "message.timeout.ms=500",
+    ]);
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("0 records sent, "), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("5 of 5 records were not delivered to t; first error: ")
+            && stderr.contains("timed out"),
+        "{stderr}"
     );
     let err = fails(&[
         "consumer-perf-test",

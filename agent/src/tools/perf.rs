@@ -54,10 +54,13 @@ pub struct ProducerPerfArgs {
         long = "record-size",
         value_name = "BYTES",
         allow_negative_numbers = true,
-        required_unless_present = "payload_file",
-        conflicts_with = "payload_file"
+        required_unless_present_any = ["payload_file", "payload_monotonic"],
+        conflicts_with_all = ["payload_file", "payload_monotonic"]
     )]
     record_size: Option<i64>,
+    /// Each record's payload is its number (`0`, `1`, ...), as Kafka's --payload-monotonic.
+    #[arg(long = "payload-monotonic", conflicts_with = "payload_file")]
+    payload_monotonic: bool,
     /// A file of payloads separated by --payload-delimiter; each record is one of them,
     /// picked at random.
     #[arg(long = "payload-file", value_name = "FILE")]
@@ -646,7 +649,11 @@ pub fn produce(args: ProducerPerfArgs) -> anyhow::Result<()> {
             let mut random = Random::seeded();
             vec![(0..size).map(|_| b'A' + random.below(26) as u8).collect()]
         }
-        (None, None) => bail!("either --record-size or --payload-file must be given"),
+        // --payload-monotonic: made record by record.
+        (None, None) if args.payload_monotonic => Vec::new(),
+        (None, None) => {
+            bail!("one of --record-size, --payload-file or --payload-monotonic must be given")
+        }
     };
     drop(out);
 
@@ -760,7 +767,11 @@ fn send_all(
     let mut in_transaction = 0u64;
     let mut transaction_start = Instant::now();
     for i in 0..num_records {
-        let payload = if payloads.len() == 1 {
+        let number;
+        let payload: &[u8] = if payloads.is_empty() {
+            number = i.to_string();
+            number.as_bytes()
+        } else if payloads.len() == 1 {
             &payloads[0]
         } else {
             &payloads[random.below(payloads.len() as u64) as usize]
