@@ -134,6 +134,11 @@ enum Command {
     ConsoleProducer(tools::console::ProducerArgs),
     /// Prints records of a topic, a value per line (as kafka-console-consumer.sh).
     ConsoleConsumer(tools::console::ConsumerArgs),
+    /// Writes records at a given rate and prints the throughput and latencies (as
+    /// kafka-producer-perf-test.sh).
+    ProducerPerfTest(tools::perf::ProducerPerfArgs),
+    /// Reads records and prints the throughput (as kafka-consumer-perf-test.sh).
+    ConsumerPerfTest(tools::perf::ConsumerPerfArgs),
     /// Lists the events of a sink's `dead_letter` file channel, or replays a range of them
     /// into another channel. The agent must be stopped.
     DeadLetters(tools::dead_letters::DeadLettersArgs),
@@ -271,6 +276,8 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Top(args) => tool(tools::top::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
+        Command::ProducerPerfTest(args) => tool(tools::perf::produce(args)),
+        Command::ConsumerPerfTest(args) => tool(tools::perf::consume(args)),
         Command::DeadLetters(args) => tool(tools::dead_letters::run(args, &registry)),
         Command::DumpLogSegments {
             files,

@@ -1,9 +1,9 @@
 //! Kafka-style command-line tools (`topics`, `groups`, `console-producer`, `console-consumer`,
-//! `transactions`, `acls`, `users`), built on librdkafka so that they work against any Kafka
-//! cluster, not only the bundled broker (`transactions`, `acls` and `users` speak the protocol
-//! themselves: the librdkafka binding has no admin call for them). Flags follow Kafka's own
-//! tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
-//! ...).
+//! `transactions`, `acls`, `users`, `producer-perf-test`, `consumer-perf-test`), built on
+//! librdkafka so that they work against any Kafka cluster, not only the bundled broker
+//! (`transactions`, `acls` and `users` speak the protocol themselves: the librdkafka binding
+//! has no admin call for them). Flags follow Kafka's own tools (`kafka-topics.sh`,
+//! `kafka-console-producer.sh`, ...).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,6 +21,7 @@ pub mod dead_letters;
 pub mod get_offsets;
 pub mod groups;
 pub mod log_repair;
+pub mod perf;
 pub mod state;
 pub mod top;
 pub mod topics;
