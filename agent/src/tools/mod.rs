@@ -18,6 +18,7 @@ pub mod configs;
 pub mod console;
 // `agent dead-letters`: works on a data_dir, not on a cluster.
 pub mod dead_letters;
+pub mod delete_records;
 pub mod get_offsets;
 pub mod groups;
 pub mod log_repair;
