@@ -1,8 +1,8 @@
 //! Kafka-style command-line tools (`topics`, `groups`, `console-producer`, `console-consumer`,
-//! `transactions`, `acls`, `users`), built on librdkafka so that they work against any Kafka
-//! cluster, not only the bundled broker (`transactions`, `acls` and `users` speak the protocol
-//! themselves: the librdkafka binding has no admin call for them). Flags follow Kafka's own
-//! tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
+//! `transactions`, `acls`, `users`, `get-offsets`, `delete-records`), built on librdkafka so
+//! that they work against any Kafka cluster, not only the bundled broker (`transactions`,
+//! `acls` and `users` speak the protocol themselves: the librdkafka binding has no admin call
+//! for them). Flags follow Kafka's own tools (`kafka-topics.sh`, `kafka-console-producer.sh`,
 //! ...).
 
 use std::path::PathBuf;
