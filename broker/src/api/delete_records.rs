@@ -111,3 +111,102 @@ impl Handler for DeleteRecords {
         Some(DeleteRecordsResponse::default().with_topics(topics))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::log::batch;
+
+    fn request(topic: &str, offsets: &[(i32, i64)]) -> DeleteRecordsRequest {
+        DeleteRecordsRequest::default().with_topics(vec![
+            DeleteRecordsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partitions(
+                    offsets
+                        .iter()
+                        .map(|&(p, o)| {
+                            DeleteRecordsPartition::default()
+                                .with_partition_index(p)
+                                .with_offset(o)
+                        })
+                        .collect(),
+                ),
+        ])
+    }
+
+    /// Each partition's (error code, low watermark).
+    async fn delete(ctx: &Arc<Context>, topic: &str, offsets: &[(i32, i64)]) -> Vec<(i16, i64)> {
+        let response =
+            DeleteRecords::handle(ctx, &RequestHeader::default(), request(topic, offsets))
+                .await
+                .unwrap();
+        response.topics[0]
+            .partitions
+            .iter()
+            .map(|p| (p.error_code, p.low_watermark))
+            .collect()
+    }
+
+    fn fill(ctx: &Context, topic: &str, count: i32) {
+        let topic = ctx.topics.get(topic).unwrap();
+        let mut log = topic.partition(0).unwrap().log();
+        let mut bytes = batch::tests::make_batch(0, count, 1000);
+        let mut headers = batch::validate_all(&bytes).unwrap();
+        log.append(&mut bytes, &mut headers).unwrap();
+    }
+
+    #[tokio::test]
+    async fn offsets_are_checked_against_the_high_watermark_and_unknown_partitions_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = super::super::tests::context(dir.path());
+        ctx.topics
+            .create("t", 2, 1, BTreeMap::new(), false)
+            .unwrap();
+        fill(&ctx, "t", 10);
+        let oor = ResponseError::OffsetOutOfRange.code();
+        let unknown = ResponseError::UnknownTopicOrPartition.code();
+        assert_eq!(
+            delete(&ctx, "t", &[(0, 11), (0, -2), (2, 1), (-1, 1)]).await,
+            [(oor, -1), (oor, -1), (unknown, -1), (unknown, -1)]
+        );
+        assert_eq!(delete(&ctx, "t", &[(0, 4), (1, 0)]).await, [(0, 4), (0, 0)]);
+        // Lower than the start: no change, the start answered.
+        assert_eq!(delete(&ctx, "t", &[(0, 2)]).await, [(0, 4)]);
+        assert_eq!(delete(&ctx, "t", &[(0, -1)]).await, [(0, 10)]);
+        assert_eq!(delete(&ctx, "nope", &[(0, 1)]).await, [(unknown, -1)]);
+        let log_start = ctx
+            .topics
+            .get("t")
+            .unwrap()
+            .partition(0)
+            .unwrap()
+            .log()
+            .log_start_offset();
+        assert_eq!(log_start, 10);
+    }
+
+    #[tokio::test]
+    async fn a_compacted_topic_refuses_and_compact_delete_accepts() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = super::super::tests::context(dir.path());
+        for (name, policy) in [("c", "compact"), ("cd", "compact,delete")] {
+            let configs = BTreeMap::from([("cleanup.policy".to_owned(), policy.to_owned())]);
+            ctx.topics.create(name, 1, 1, configs, false).unwrap();
+        }
+        assert_eq!(
+            delete(&ctx, "c", &[(0, 0)]).await,
+            [(ResponseError::PolicyViolation.code(), -1)]
+        );
+        assert_eq!(delete(&ctx, "cd", &[(0, 0)]).await, [(0, 0)]);
+    }
+}
