@@ -121,6 +121,9 @@ enum Command {
     /// Prints the offsets of topic partitions at a time: latest, earliest or a timestamp (as
     /// kafka-get-offsets.sh).
     GetOffsets(tools::get_offsets::GetOffsetsArgs),
+    /// Deletes the records of topic partitions before offsets given in a JSON file, moving
+    /// their log start offset (as kafka-delete-records.sh).
+    DeleteRecords(tools::delete_records::DeleteRecordsArgs),
     /// Describes and alters topic configs and describes broker settings (as kafka-configs.sh).
     Configs(tools::configs::ConfigsArgs),
     /// Adds, removes and lists ACLs (as kafka-acls.sh).
@@ -272,6 +275,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::Acls(args) => tool(tools::acls::run(args)),
         Command::Configs(args) => tool(tools::configs::run(args)),
         Command::GetOffsets(args) => tool(tools::get_offsets::run(args)),
+        Command::DeleteRecords(args) => tool(tools::delete_records::run(args)),
         Command::Users(args) => tool(tools::users::run(args)),
         Command::Top(args) => tool(tools::top::run(args)),
         Command::ConsoleProducer(args) => tool(tools::console::produce(args)),

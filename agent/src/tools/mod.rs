@@ -1,9 +1,9 @@
 //! Kafka-style command-line tools (`topics`, `groups`, `console-producer`, `console-consumer`,
-//! `transactions`, `acls`, `users`, `producer-perf-test`, `consumer-perf-test`), built on
-//! librdkafka so that they work against any Kafka cluster, not only the bundled broker
-//! (`transactions`, `acls` and `users` speak the protocol themselves: the librdkafka binding
-//! has no admin call for them). Flags follow Kafka's own tools (`kafka-topics.sh`,
-//! `kafka-console-producer.sh`, ...).
+//! `transactions`, `acls`, `users`, `get-offsets`, `delete-records`, `producer-perf-test`,
+//! `consumer-perf-test`), built on librdkafka so that they work against any Kafka cluster, not
+//! only the bundled broker (`transactions`, `acls` and `users` speak the protocol themselves:
+//! the librdkafka binding has no admin call for them). Flags follow Kafka's own tools
+//! (`kafka-topics.sh`, `kafka-console-producer.sh`, ...).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,6 +18,7 @@ pub mod configs;
 pub mod console;
 // `agent dead-letters`: works on a data_dir, not on a cluster.
 pub mod dead_letters;
+pub mod delete_records;
 pub mod get_offsets;
 pub mod groups;
 pub mod log_repair;

@@ -17,6 +17,7 @@ mod create_partitions;
 mod create_topics;
 mod delete_acls;
 mod delete_groups;
+mod delete_records;
 mod delete_topics;
 mod describe_acls;
 mod describe_cluster;
@@ -471,6 +472,7 @@ pub(crate) const ROUTES: &[Route] = &[
     route::<api_versions::ApiVersions>(),
     route::<create_topics::CreateTopics>(),
     route::<delete_topics::DeleteTopics>(),
+    route::<delete_records::DeleteRecords>(),
     route::<describe_configs::DescribeConfigs>(),
     route::<create_partitions::CreatePartitions>(),
     route::<alter_configs::AlterConfigs>(),

@@ -224,6 +224,19 @@ pub(crate) fn sample(key: ApiKey, version: i16) -> Vec<u8> {
             DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s())]),
             version,
         ),
+        ApiKey::DeleteRecords => encode(
+            DeleteRecordsRequest::default()
+                .with_topics(vec![
+                    delete_records_request::DeleteRecordsTopic::default()
+                        .with_name(TopicName(s()))
+                        .with_partitions(vec![
+                            delete_records_request::DeleteRecordsPartition::default()
+                                .with_offset(-1),
+                        ]),
+                ])
+                .with_timeout_ms(30_000),
+            version,
+        ),
         ApiKey::OffsetDelete => encode(
             OffsetDeleteRequest::default()
                 .with_group_id(GroupId(s()))

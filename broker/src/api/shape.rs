@@ -166,6 +166,14 @@ pub(crate) const DELETE_TOPICS: Shape = Shape {
     ],
 };
 
+pub(crate) const DELETE_RECORDS: Shape = Shape {
+    flexible_from: 2,
+    fields: &[
+        f(Structs(&[f(Str), f(Structs(&[f(I32), f(I64)]))])), // topics: name, partitions
+        f(I32),                                               // timeout_ms
+    ],
+};
+
 pub(crate) const CREATE_PARTITIONS: Shape = Shape {
     flexible_from: 2,
     fields: &[

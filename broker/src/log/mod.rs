@@ -39,7 +39,9 @@
 //!   pass `segment.bytes` or is older than `segment.ms`.
 //! - Retention deletes whole segments, oldest first, never the active one: those whose newest
 //!   batch is older than `retention.ms`, and those that keep the partition above
-//!   `retention.bytes`. The log start offset is the base offset of the oldest segment left.
+//!   `retention.bytes`. The log start offset is the base offset of the oldest segment left,
+//!   or the offset DeleteRecords moved it to inside that segment (`log-start-offset`, see
+//!   `log_start`), whichever is larger.
 //! - When a segment stops being the active one, its newest timestamp is appended to its time
 //!   index, so the last time index entry of a finished segment is its newest timestamp.
 //! - Writes go to the page cache; `flush.messages`/`flush.ms` add fsyncs, and a rolled segment
@@ -59,6 +61,7 @@
 pub(crate) mod batch;
 pub(crate) mod cleaner;
 pub(crate) mod control;
+mod log_start;
 mod producers;
 pub(crate) mod scan;
 mod segment;
@@ -186,6 +189,9 @@ pub(crate) struct PartitionLog {
     recovery_point: i64,
     /// Where the last compaction pass ended (see [`cleaner`]): the dirty part starts here.
     cleaner_checkpoint: i64,
+    /// The start DeleteRecords moved the log to (see [`log_start`]), 0 when it never did: the
+    /// log start offset is the larger of it and the oldest segment's base offset.
+    log_start: i64,
 }
 
 /// The file in a partition's directory holding its recovery point, as a decimal offset.
@@ -282,7 +288,9 @@ impl PartitionLog {
             producers: ProducerStates::default(),
             recovery_point: recorded_point,
             cleaner_checkpoint: cleaner::read_checkpoint(dir),
+            log_start: 0,
         };
+        log.log_start = log_start::read(dir).min(log.log_end_offset());
         log.recover_producers()?;
         Ok(log)
     }
@@ -481,9 +489,13 @@ impl PartitionLog {
         &mut self.segments[last]
     }
 
-    /// First offset still stored.
+    /// First offset still readable: the oldest segment's base offset, or the start
+    /// DeleteRecords moved the log to when that is past it.
     pub(crate) fn log_start_offset(&self) -> i64 {
-        self.segments.first().map_or(0, Segment::base_offset)
+        self.segments
+            .first()
+            .map_or(0, Segment::base_offset)
+            .max(self.log_start)
     }
 
     /// Offset the next appended record will get (also the high watermark: one replica).
