@@ -1267,3 +1267,138 @@ fn groups_reset_offsets_by_time_and_a_transactional_partition_has_no_lag() {
         broker.log()
     );
 }
+
+#[test]
+fn dump_log_segments_takes_max_bytes_and_verifies_indexes_only() {
+    use rdkafka::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    // One batch per record, ~300 bytes each: an index entry every 4096 bytes (the default
+    // index.interval.bytes), so the segment has a dozen.
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    let value = "x".repeat(200);
+    for _ in 0..200 {
+        producer
+            .send(BaseRecord::<(), str>::to("indexed").payload(&value))
+            .unwrap();
+        producer.flush(Duration::from_secs(10)).unwrap();
+    }
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+    let segment = dir.path().join("broker/indexed-0/00000000000000000000");
+    let file = |ext: &str| segment.with_extension(ext).to_str().unwrap().to_owned();
+    let (log, index, time) = (file("log"), file("index"), file("timeindex"));
+    let dumped = |args: &[&str]| {
+        let mut all = vec!["dump-log-segments"];
+        all.extend_from_slice(args);
+        run(&all, None)
+    };
+    let text = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // The indexes agree with the log: --verify-index-only prints only the file names.
+    let entries = ok(&["dump-log-segments", "--files", &index]);
+    let entry_lines: Vec<&str> = entries.lines().skip(1).collect();
+    assert!(entry_lines.len() >= 5, "{entries}");
+    let verified = dumped(&["--files", &format!("{index},{time}"), "--verify-index-only"]);
+    assert!(verified.status.success(), "{verified:?}");
+    assert_eq!(
+        text(&verified),
+        format!("Dumping {index}\nDumping {time}\n")
+    );
+    assert_eq!(err(&verified), "");
+
+    // An entry pointing at the wrong batch, and a wrong timestamp: Kafka's messages, on
+    // standard error after the dumps, and exit status 1.
+    let mut bytes = std::fs::read(&index).unwrap();
+    let second: i64 = entry_lines[1]
+        .strip_prefix("offset: ")
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    bytes[12..16].copy_from_slice(&0u32.to_be_bytes());
+    std::fs::write(&index, &bytes).unwrap();
+    let mut times = std::fs::read(&time).unwrap();
+    let stamp = i64::from_be_bytes(times[0..8].try_into().unwrap());
+    let first_offset = u32::from_be_bytes(times[8..12].try_into().unwrap());
+    times[0..8].copy_from_slice(&(stamp - 1).to_be_bytes());
+    std::fs::write(&time, &times).unwrap();
+    let absolute = |p: &str| std::path::absolute(p).unwrap().display().to_string();
+    let found = dumped(&["--files", &format!("{index},{time}"), "--verify-index-only"]);
+    assert!(!found.status.success(), "{found:?}");
+    assert_eq!(text(&found), format!("Dumping {index}\nDumping {time}\n"));
+    let expected = format!(
+        "Mismatches in :{}\n  Index offset: {second}, log offset: 0\n\
+         Found timestamp mismatch in :{}\n  Index timestamp: {}, log timestamp: {stamp}\n",
+        absolute(&index),
+        absolute(&time),
+        stamp - 1
+    );
+    assert!(err(&found).starts_with(&expected), "{}", err(&found));
+    assert!(first_offset > 0);
+    // Without --verify-index-only the entries are printed and the mismatches reported too.
+    let plain = dumped(&["--files", &index]);
+    assert!(plain.status.success(), "{plain:?}");
+    assert_eq!(text(&plain).lines().count(), entry_lines.len() + 1);
+    assert!(err(&plain).starts_with("Mismatches in :"), "{plain:?}");
+
+    // --max-bytes: only the whole batches within the first N bytes, no trailing-bytes note.
+    let full = ok(&["dump-log-segments", "--files", &log]);
+    let first_size: usize = full
+        .lines()
+        .nth(2)
+        .unwrap()
+        .split(" size: ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let batches = |o: &str| o.lines().filter(|l| l.starts_with("baseOffset:")).count();
+    assert_eq!(batches(&full), 200);
+    for (limit, expected) in [
+        (first_size - 1, 0),
+        (first_size, 1),
+        (first_size + 5, 1),
+        (3 * first_size, 3),
+    ] {
+        let limit = limit.to_string();
+        let cut = ok(&["dump-log-segments", "--files", &log, "--max-bytes", &limit]);
+        assert_eq!(batches(&cut), expected, "{cut}");
+        assert!(!cut.contains("invalid bytes"), "{cut}");
+        let verified = ok(&[
+            "dump-log-segments",
+            "--files",
+            &log,
+            "--max-bytes",
+            &limit,
+            "--verify",
+        ]);
+        assert_eq!(batches(&verified), expected, "{verified}");
+        assert!(verified.contains(": 0 damaged range(s)"), "{verified}");
+    }
+    assert!(
+        !dumped(&["--files", &log, "--max-bytes", "0"])
+            .status
+            .success()
+    );
+    assert!(
+        !dumped(&["--files", &log, "--max-bytes", "x"])
+            .status
+            .success()
+    );
+}
