@@ -883,18 +883,22 @@ fn groups_describe_members_and_state_of_classic_and_consumer_protocol_groups() {
     let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 2);
     let b = bootstrap.as_str();
     let port = b.rsplit_once(':').unwrap().1;
-    let lines: String = (0..10).map(|i| format!("r{i}\n")).collect();
-    let produced = run(
-        &[
-            "console-producer",
-            "--bootstrap-server",
-            b,
-            "--topic",
-            "shared",
-        ],
-        Some(lines.as_bytes()),
-    );
-    assert!(produced.status.success(), "{produced:?}");
+    // Five records in each partition.
+    let producer: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .create()
+        .unwrap();
+    for i in 0..10 {
+        let value = format!("r{i}");
+        producer
+            .send(
+                rdkafka::producer::BaseRecord::<(), str>::to("shared")
+                    .partition(i % 2)
+                    .payload(&value),
+            )
+            .unwrap();
+    }
+    rdkafka::producer::Producer::flush(&producer, Duration::from_secs(10)).unwrap();
     let mut classic = group_consumer(dir.path(), "classic", b, "shared", "classic", &[]);
     let mut modern = group_consumer(
         dir.path(),
