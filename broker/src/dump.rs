@@ -780,6 +780,96 @@ mod tests {
     }
 
     #[test]
+    fn checks_indexes_against_their_log_as_kafka() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = |s: &str| (None, Some(s.as_bytes().to_vec()));
+        // Batches: offsets 0..=1 at 0, 2 at `second`, 3..=4 at `third`; all timestamps 1000.
+        // (Sequences given, so that the codec keeps the records of a batch together.)
+        let mut log = batch(0, &[v("a"), v("b")], 0, false, false);
+        let second = log.len() as u32;
+        log.extend(batch(2, &[v("c")], 2, false, false));
+        let third = log.len() as u32;
+        log.extend(batch(3, &[v("d"), v("e")], 3, false, false));
+        std::fs::write(dir.path().join("00000000000000000000.log"), &log).unwrap();
+        let index_entry = |relative: u32, position: u32| {
+            [relative.to_be_bytes(), position.to_be_bytes()].concat()
+        };
+        // Right, wrong (offset 3 where offset 2 ends), then a zero entry: the end.
+        let mut index = index_entry(2, second);
+        index.extend(index_entry(3, second));
+        index.extend(index_entry(0, 0));
+        index.extend(index_entry(4, third));
+        let time_entry = |ts: i64, relative: u32| {
+            let mut e = ts.to_be_bytes().to_vec();
+            e.extend_from_slice(&relative.to_be_bytes());
+            e
+        };
+        // Right, a wrong timestamp (out of order too), an offset that ends no batch.
+        let mut time = time_entry(1000, 1);
+        time.extend(time_entry(999, 2));
+        time.extend(time_entry(2000, 3));
+        let run = |name: &str, bytes: &[u8], verify_index_only: bool| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            let options = DumpOptions {
+                verify_index_only,
+                ..DumpOptions::default()
+            };
+            let mut out = Vec::new();
+            let mut report = DumpReport::default();
+            dump_segment_file_with(&path, &options, &mut out, &mut report).unwrap();
+            let mut err = Vec::new();
+            report.write_index_problems(&mut err).unwrap();
+            let absolute = std::path::absolute(&path).unwrap().display().to_string();
+            (
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(err).unwrap(),
+                absolute,
+            )
+        };
+        let (out, err, path) = run("00000000000000000000.index", &index, true);
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert_eq!(
+            err,
+            format!("Mismatches in :{path}\n  Index offset: 3, log offset: 2\n")
+        );
+        let (out, _, _) = run("00000000000000000000.index", &index, false);
+        assert_eq!(
+            out.lines().skip(1).collect::<Vec<_>>(),
+            [
+                format!("offset: 2 position: {second}"),
+                format!("offset: 3 position: {second}")
+            ]
+        );
+        let (out, err, path) = run("00000000000000000000.timeindex", &time, true);
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert_eq!(
+            err,
+            format!(
+                "Found timestamp mismatch in :{path}\n  Index timestamp: 999, log timestamp: 1000\n\
+                 Found out of order timestamp in :{path}\n  Index timestamp: 999, Previously indexed timestamp: 1000\n\
+                 The following indexed offsets are not found in the log.\nIndexed offset: 3, found log offset: 4\n"
+            )
+        );
+        let (out, _, _) = run("00000000000000000000.index", &[], false);
+        assert!(
+            out.ends_with("00000000000000000000.index is empty.\n"),
+            "{out}"
+        );
+        // --max-bytes: whole batches only, no trailing-bytes line.
+        let path = dir.path().join("00000000000000000000.log");
+        let options = DumpOptions {
+            max_bytes: Some(u64::from(third) + 3),
+            ..DumpOptions::default()
+        };
+        let mut out = Vec::new();
+        dump_segment_file_with(&path, &options, &mut out, &mut DumpReport::default()).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out.matches("baseOffset:").count(), 2, "{out}");
+        assert!(!out.contains("invalid bytes"), "{out}");
+    }
+
+    #[test]
     fn prints_aborted_transactions_of_a_txnindex() {
         let entry = |pid: i64, first: i64, last: i64, lso: i64| {
             let mut e = 0i16.to_be_bytes().to_vec();
