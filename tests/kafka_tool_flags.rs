@@ -1080,6 +1080,16 @@ fn groups_describe_members_and_state_of_classic_and_consumer_protocol_groups() {
         "{earliest:?}"
     );
     let offsets = out(&groups(&["--describe", "--group", "modern"]));
+    // --offsets is the default, in Kafka's widths.
+    assert_eq!(
+        out(&groups(&["--describe", "--offsets", "--group", "modern"])),
+        offsets
+    );
+    assert_eq!(
+        offsets.lines().nth(1).unwrap(),
+        "GROUP           TOPIC           PARTITION  CURRENT-OFFSET  LOG-END-OFFSET  LAG             \
+         CONSUMER-ID     HOST            CLIENT-ID"
+    );
     assert!(
         table_rows(&offsets).iter().all(|r| r[3] == "0"),
         "{offsets}"

@@ -722,8 +722,22 @@ fn describe(cluster: &ClusterArgs, group: &str, out: &mut impl Write) -> anyhow:
         "CONSUMER-ID",
         "HOST",
         "CLIENT-ID",
-    ];
-    print_table(out, &header, &table)
+    ]
+    .map(str::to_owned);
+    // Kafka's widths: group, topic, consumer id and host at least 15 (or their widest),
+    // PARTITION 10, the offsets and lag 15, the client id last and unpadded.
+    let widest = |i: usize| table.iter().map(|r| r[i].len()).fold(15, usize::max);
+    let widths = [widest(0), widest(1), 10, 15, 15, 15, widest(6), widest(7)];
+    writeln!(out)?;
+    for row in std::iter::once(&header).chain(&table) {
+        let mut line = String::new();
+        for (cell, w) in row.iter().zip(widths) {
+            line.push_str(&format!("{cell:<w$} "));
+        }
+        line.push_str(&row[8]);
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
 }
 
 /// Prints rows with columns padded to their widest cell plus one space, as Kafka's tools do.
