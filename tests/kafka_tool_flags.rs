@@ -828,3 +828,591 @@ fn console_consumer_stops_on_sigterm_committing_and_counting() {
         broker.log()
     );
 }
+
+/// `agent console-consumer --group GROUP` on `topic` as a child (`extra` flags too), its
+/// output in `dir/NAME.out`.
+fn group_consumer(
+    dir: &std::path::Path,
+    name: &str,
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    extra: &[&str],
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args([
+            "console-consumer",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--from-beginning",
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join(format!("{name}.out"))).unwrap())
+        .stderr(std::fs::File::create(dir.join(format!("{name}.err"))).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+fn sigterm(child: &mut std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+/// The data rows of a groups table (after its blank line and header), split on whitespace.
+fn table_rows(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("GROUP"))
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+#[test]
+fn groups_describe_members_and_state_of_classic_and_consumer_protocol_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 2);
+    let b = bootstrap.as_str();
+    let port = b.rsplit_once(':').unwrap().1;
+    // Five records in each partition.
+    let producer: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .create()
+        .unwrap();
+    for i in 0..10 {
+        let value = format!("r{i}");
+        producer
+            .send(
+                rdkafka::producer::BaseRecord::<(), str>::to("shared")
+                    .partition(i % 2)
+                    .payload(&value),
+            )
+            .unwrap();
+    }
+    rdkafka::producer::Producer::flush(&producer, Duration::from_secs(10)).unwrap();
+    let mut classic = group_consumer(dir.path(), "classic", b, "shared", "classic", &[]);
+    let mut modern = group_consumer(
+        dir.path(),
+        "modern",
+        b,
+        "shared",
+        "modern",
+        &["--consumer-property", "group.protocol=consumer"],
+    );
+    let groups = |args: &[&str]| {
+        let mut all = vec!["groups", "--bootstrap-server", b];
+        all.extend_from_slice(args);
+        run(&all, None)
+    };
+    let out = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    // Each group has its one member owning both partitions, in both protocols.
+    for group in ["classic", "modern"] {
+        harness::wait_until(
+            Duration::from_secs(30),
+            "the member to own both partitions",
+            || {
+                let o = groups(&["--describe", "--members", "--group", group]);
+                table_rows(&out(&o))
+                    .first()
+                    .is_some_and(|r| r.get(4).is_some_and(|n| n == "2"))
+            },
+        );
+        let members = groups(&["--describe", "--members", "--group", group]);
+        assert!(members.status.success(), "{members:?}");
+        let text = out(&members);
+        let header = text.lines().nth(1).unwrap();
+        // Kafka's widths: at least 15 per column, a space after each, #PARTITIONS padded too.
+        assert!(header.starts_with("GROUP           CONSUMER-ID "), "{text}");
+        assert!(
+            header.ends_with(" CLIENT-ID       #PARTITIONS     "),
+            "{text:?}"
+        );
+        let row = &table_rows(&text)[0];
+        assert_eq!(row[0], group, "{text}");
+        assert!(row[2].starts_with("/127.0.0.1"), "{text}");
+        assert_eq!(row[4], "2", "{text}");
+        let verbose = out(&groups(&[
+            "--describe",
+            "--members",
+            "--verbose",
+            "--group",
+            group,
+        ]));
+        let header: Vec<&str> = verbose.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            [
+                "GROUP",
+                "CONSUMER-ID",
+                "HOST",
+                "CLIENT-ID",
+                "#PARTITIONS",
+                "CURRENT-EPOCH",
+                "CURRENT-ASSIGNMENT",
+                "TARGET-EPOCH",
+                "TARGET-ASSIGNMENT"
+            ],
+            "{verbose}"
+        );
+        let row = &table_rows(&verbose)[0];
+        assert_eq!(row[6], "shared:0,1", "{verbose}");
+        let state = groups(&["--describe", "--state", "--group", group]);
+        assert!(state.status.success(), "{state:?}");
+        let text = out(&state);
+        let header: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            [
+                "GROUP",
+                "COORDINATOR",
+                "(ID)",
+                "ASSIGNMENT-STRATEGY",
+                "STATE",
+                "#MEMBERS"
+            ],
+            "{text}"
+        );
+        let row = text.lines().nth(2).unwrap();
+        assert!(
+            row.contains(&format!(" 127.0.0.1:{port}  (")),
+            "the coordinator as host:port  (id): {text}"
+        );
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[0], group);
+        assert_eq!(&cells[cells.len() - 2..], ["Stable", "1"], "{text}");
+        assert_ne!(cells[3], "-", "an assignment strategy: {text}");
+        // Kafka refuses to reset the offsets of a group with active members, saying why.
+        let refused = groups(&[
+            "--reset-offsets",
+            "--group",
+            group,
+            "--topic",
+            "shared",
+            "--to-earliest",
+            "--execute",
+        ]);
+        assert!(refused.status.success(), "{refused:?}");
+        assert_eq!(
+            out(&refused),
+            format!(
+                "\nError: Assignments can only be reset if the group '{group}' is inactive, \
+                 but the current state is Stable.\n"
+            )
+        );
+    }
+    // The classic group's strategy is the protocol librdkafka chose (range, its default).
+    let state = out(&groups(&["--describe", "--state", "--group", "classic"]));
+    assert!(state.lines().nth(2).unwrap().contains(" range "), "{state}");
+    // --all-groups --state: one table per group.
+    let all = out(&groups(&["--describe", "--state", "--all-groups"]));
+    assert_eq!(all.matches("COORDINATOR (ID)").count(), 2, "{all}");
+
+    harness::wait_until(
+        Duration::from_secs(30),
+        "both groups to print every record",
+        || {
+            ["classic", "modern"].iter().all(|n| {
+                std::fs::read_to_string(dir.path().join(format!("{n}.out")))
+                    .is_ok_and(|t| t.lines().count() == 10)
+            })
+        },
+    );
+    sigterm(&mut classic);
+    sigterm(&mut modern);
+    for group in ["classic", "modern"] {
+        harness::wait_until(Duration::from_secs(30), "the group to be empty", || {
+            let o = groups(&["--describe", "--state", "--group", group]);
+            out(&o).contains(" Empty ")
+        });
+        let state = groups(&["--describe", "--state", "--group", group]);
+        assert_eq!(
+            String::from_utf8_lossy(&state.stderr),
+            format!("\nConsumer group '{group}' has no active members.\n")
+        );
+        let cells: Vec<String> = table_rows(&out(&state))[0].clone();
+        assert_eq!(cells.last().unwrap(), "0");
+        // No members: only the header, as Kafka.
+        let members = groups(&["--describe", "--members", "--group", group]);
+        assert!(table_rows(&out(&members)).is_empty(), "{members:?}");
+        assert!(out(&members).contains("#PARTITIONS"), "{members:?}");
+    }
+    let missing = out(&groups(&["--describe", "--state", "--group", "nobody"]));
+    assert_eq!(
+        missing,
+        "\nError: Consumer group 'nobody' does not exist.\n"
+    );
+
+    // Empty now: --all-groups --all-topics --to-current plans both groups' offsets (10 in all).
+    let plan = groups(&[
+        "--reset-offsets",
+        "--all-groups",
+        "--all-topics",
+        "--to-current",
+        "--dry-run",
+    ]);
+    assert!(plan.status.success(), "{plan:?}");
+    let mut rows = table_rows(&out(&plan));
+    rows.sort();
+    let offsets: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert_eq!(offsets, 20, "both groups read all 10 records: {rows:?}");
+    assert_eq!(rows[0][..3], ["classic", "shared", "0"]);
+    assert_eq!(rows[3][..3], ["modern", "shared", "1"]);
+    let earliest = groups(&[
+        "--reset-offsets",
+        "--all-groups",
+        "--all-topics",
+        "--to-earliest",
+        "--execute",
+    ]);
+    assert!(earliest.status.success(), "{earliest:?}");
+    assert!(
+        table_rows(&out(&earliest)).iter().all(|r| r[3] == "0"),
+        "{earliest:?}"
+    );
+    let offsets = out(&groups(&["--describe", "--group", "modern"]));
+    // --offsets is the default, in Kafka's widths.
+    assert_eq!(
+        out(&groups(&["--describe", "--offsets", "--group", "modern"])),
+        offsets
+    );
+    assert_eq!(
+        offsets.lines().nth(1).unwrap(),
+        "GROUP           TOPIC           PARTITION  CURRENT-OFFSET  LOG-END-OFFSET  LAG             \
+         CONSUMER-ID     HOST            CLIENT-ID"
+    );
+    assert!(
+        table_rows(&offsets).iter().all(|r| r[3] == "0"),
+        "{offsets}"
+    );
+    // --reset-offsets needs a scope.
+    let unscoped = groups(&["--reset-offsets", "--group", "classic", "--to-earliest"]);
+    assert!(!unscoped.status.success());
+    assert!(
+        String::from_utf8_lossy(&unscoped.stderr).contains("--all-topics, --topic"),
+        "{unscoped:?}"
+    );
+
+    let deleted = groups(&["--delete", "--all-groups"]);
+    assert!(deleted.status.success(), "{deleted:?}");
+    assert_eq!(
+        out(&deleted),
+        "Deletion of requested consumer groups ('classic', 'modern') was successful.\n"
+    );
+    assert_eq!(out(&groups(&["--list"])), "");
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn groups_reset_offsets_by_time_and_a_transactional_partition_has_no_lag() {
+    use rdkafka::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    // Records 0..5 stamped 2001-09-09T01:46:40Z, 5..10 stamped 2023-11-14T22:13:20Z.
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .create()
+        .unwrap();
+    for i in 0..10i64 {
+        let stamp = if i < 5 {
+            1_000_000_000_000
+        } else {
+            1_700_000_000_000
+        };
+        let value = format!("v{i}");
+        producer
+            .send(
+                BaseRecord::<(), str>::to("stamped")
+                    .payload(&value)
+                    .timestamp(stamp),
+            )
+            .unwrap();
+        producer.flush(Duration::from_secs(10)).unwrap();
+    }
+    let read = ok(&[
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "stamped",
+        "--group",
+        "timed",
+        "--from-beginning",
+        "--max-messages",
+        "10",
+    ]);
+    assert_eq!(read.lines().count(), 10);
+    let reset = |target: &[&str]| {
+        let mut args = vec![
+            "groups",
+            "--bootstrap-server",
+            b,
+            "--reset-offsets",
+            "--group",
+            "timed",
+            "--topic",
+            "stamped",
+        ];
+        args.extend_from_slice(target);
+        args.push("--dry-run");
+        let o = run(&args, None);
+        assert!(o.status.success(), "{target:?}: {o:?}");
+        let rows = table_rows(&String::from_utf8_lossy(&o.stdout));
+        rows[0][3].clone()
+    };
+    assert_eq!(reset(&["--to-datetime", "2010-01-01T00:00:00.000"]), "5");
+    assert_eq!(
+        reset(&["--to-datetime", "2023-11-15T00:13:20.000+02:00"]),
+        "5"
+    );
+    // After every record's time: the log end, as Kafka.
+    assert_eq!(reset(&["--to-datetime", "2023-11-14T22:13:20.001Z"]), "10");
+    assert_eq!(
+        reset(&["--to-datetime", "1999-12-31T23:59:59.999-05:00"]),
+        "0"
+    );
+    assert_eq!(reset(&["--by-duration", "P36500D"]), "0");
+    assert_eq!(reset(&["--by-duration", "PT1S"]), "10");
+    assert_eq!(reset(&["--to-current"]), "10");
+    for bad in [["--to-datetime", "2010-01-01"], ["--by-duration", "1h"]] {
+        let mut args = vec![
+            "groups",
+            "--bootstrap-server",
+            b,
+            "--reset-offsets",
+            "--group",
+            "timed",
+            "--topic",
+            "stamped",
+        ];
+        args.extend_from_slice(&bad);
+        let o = run(&args, None);
+        assert!(!o.status.success(), "{o:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(bad[1]), "{o:?}");
+    }
+    let moved = ok(&[
+        "groups",
+        "--bootstrap-server",
+        b,
+        "--reset-offsets",
+        "--group",
+        "timed",
+        "--all-topics",
+        "--to-datetime",
+        "2010-01-01T00:00:00.000",
+        "--execute",
+    ]);
+    assert_eq!(table_rows(&moved), [["timed", "stamped", "0", "5"]]);
+    let again = ok(&[
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "stamped",
+        "--group",
+        "timed",
+        "--timeout-ms",
+        "5000",
+    ]);
+    assert_eq!(again, "v5\nv6\nv7\nv8\nv9\n");
+
+    // A committed transaction: 3 records and its marker (offsets 0..4). Read to the end,
+    // the group commits the position after the marker, as Kafka's consumer: lag 0.
+    let txn: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .set("transactional.id", "lagless")
+        .create()
+        .unwrap();
+    txn.init_transactions(Duration::from_secs(10)).unwrap();
+    txn.begin_transaction().unwrap();
+    for i in 0..3 {
+        let value = format!("t{i}");
+        txn.send(BaseRecord::<(), str>::to("txn").payload(&value))
+            .unwrap();
+    }
+    txn.commit_transaction(Duration::from_secs(10)).unwrap();
+    let read = ok(&[
+        "console-consumer",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "txn",
+        "--group",
+        "txg",
+        "--from-beginning",
+        "--timeout-ms",
+        "5000",
+    ]);
+    assert_eq!(read, "t0\nt1\nt2\n");
+    let described = ok(&[
+        "groups",
+        "--bootstrap-server",
+        b,
+        "--describe",
+        "--group",
+        "txg",
+    ]);
+    assert_eq!(
+        table_rows(&described)[0][..6],
+        ["txg", "txn", "0", "4", "4", "0"],
+        "{described}"
+    );
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn dump_log_segments_takes_max_bytes_and_verifies_indexes_only() {
+    use rdkafka::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    // One batch per record, ~300 bytes each: an index entry every 4096 bytes (the default
+    // index.interval.bytes), so the segment has a dozen.
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    let value = "x".repeat(200);
+    for _ in 0..200 {
+        producer
+            .send(BaseRecord::<(), str>::to("indexed").payload(&value))
+            .unwrap();
+        producer.flush(Duration::from_secs(10)).unwrap();
+    }
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+    let segment = dir.path().join("broker/indexed-0/00000000000000000000");
+    let file = |ext: &str| segment.with_extension(ext).to_str().unwrap().to_owned();
+    let (log, index, time) = (file("log"), file("index"), file("timeindex"));
+    let dumped = |args: &[&str]| {
+        let mut all = vec!["dump-log-segments"];
+        all.extend_from_slice(args);
+        run(&all, None)
+    };
+    let text = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // The indexes agree with the log: --verify-index-only prints only the file names.
+    let entries = ok(&["dump-log-segments", "--files", &index]);
+    let entry_lines: Vec<&str> = entries.lines().skip(1).collect();
+    assert!(entry_lines.len() >= 5, "{entries}");
+    let verified = dumped(&["--files", &format!("{index},{time}"), "--verify-index-only"]);
+    assert!(verified.status.success(), "{verified:?}");
+    assert_eq!(
+        text(&verified),
+        format!("Dumping {index}\nDumping {time}\n")
+    );
+    assert_eq!(err(&verified), "");
+
+    // An entry pointing at the wrong batch, and a wrong timestamp: Kafka's messages, on
+    // standard error after the dumps, and exit status 1.
+    let mut bytes = std::fs::read(&index).unwrap();
+    let second: i64 = entry_lines[1]
+        .strip_prefix("offset: ")
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    bytes[12..16].copy_from_slice(&0u32.to_be_bytes());
+    std::fs::write(&index, &bytes).unwrap();
+    let mut times = std::fs::read(&time).unwrap();
+    let stamp = i64::from_be_bytes(times[0..8].try_into().unwrap());
+    let first_offset = u32::from_be_bytes(times[8..12].try_into().unwrap());
+    times[0..8].copy_from_slice(&(stamp - 1).to_be_bytes());
+    std::fs::write(&time, &times).unwrap();
+    let absolute = |p: &str| std::path::absolute(p).unwrap().display().to_string();
+    let found = dumped(&["--files", &format!("{index},{time}"), "--verify-index-only"]);
+    assert!(!found.status.success(), "{found:?}");
+    assert_eq!(text(&found), format!("Dumping {index}\nDumping {time}\n"));
+    let expected = format!(
+        "Mismatches in :{}\n  Index offset: {second}, log offset: 0\n\
+         Found timestamp mismatch in :{}\n  Index timestamp: {}, log timestamp: {stamp}\n",
+        absolute(&index),
+        absolute(&time),
+        stamp - 1
+    );
+    assert!(err(&found).starts_with(&expected), "{}", err(&found));
+    assert!(first_offset > 0);
+    // Without --verify-index-only the entries are printed and the mismatches reported too.
+    let plain = dumped(&["--files", &index]);
+    assert!(plain.status.success(), "{plain:?}");
+    assert_eq!(text(&plain).lines().count(), entry_lines.len() + 1);
+    assert!(err(&plain).starts_with("Mismatches in :"), "{plain:?}");
+
+    // --max-bytes: only the whole batches within the first N bytes, no trailing-bytes note.
+    let full = ok(&["dump-log-segments", "--files", &log]);
+    let first_size: usize = full
+        .lines()
+        .nth(2)
+        .unwrap()
+        .split(" size: ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let batches = |o: &str| o.lines().filter(|l| l.starts_with("baseOffset:")).count();
+    assert_eq!(batches(&full), 200);
+    for (limit, expected) in [
+        (first_size - 1, 0),
+        (first_size, 1),
+        (first_size + 5, 1),
+        (3 * first_size, 3),
+    ] {
+        let limit = limit.to_string();
+        let cut = ok(&["dump-log-segments", "--files", &log, "--max-bytes", &limit]);
+        assert_eq!(batches(&cut), expected, "{cut}");
+        assert!(!cut.contains("invalid bytes"), "{cut}");
+        let verified = ok(&[
+            "dump-log-segments",
+            "--files",
+            &log,
+            "--max-bytes",
+            &limit,
+            "--verify",
+        ]);
+        assert_eq!(batches(&verified), expected, "{verified}");
+        assert!(verified.contains(": 0 damaged range(s)"), "{verified}");
+    }
+    assert!(
+        !dumped(&["--files", &log, "--max-bytes", "0"])
+            .status
+            .success()
+    );
+    assert!(
+        !dumped(&["--files", &log, "--max-bytes", "x"])
+            .status
+            .success()
+    );
+}

@@ -160,6 +160,15 @@ enum Command {
         /// after it; exits 1 when any is found.
         #[arg(long)]
         verify: bool,
+        /// Read at most this many bytes of each `.log` file (whole batches only), as Kafka's
+        /// --max-bytes.
+        #[arg(long = "max-bytes", value_parser = clap::value_parser!(u64).range(1..))]
+        max_bytes: Option<u64>,
+        /// Check each `.index`/`.timeindex` against its `.log` without printing its entries:
+        /// only Kafka's messages for the entries that disagree (on standard error); exits 1
+        /// when any is found.
+        #[arg(long = "verify-index-only")]
+        verify_index_only: bool,
         /// Kafka's flag to iterate the records inside each batch: taken, and nothing more,
         /// since the records are always iterated.
         #[arg(long = "deep-iteration")]
@@ -287,27 +296,44 @@ pub fn main_with(registry: Registry) -> ExitCode {
             files,
             print_data_log,
             verify,
+            max_bytes,
+            verify_index_only,
             deep_iteration: _,
             offsets_decoder: _,
-        } => tool(dump_log_segments(&files, print_data_log, verify)),
+        } => tool(dump_log_segments(
+            &files,
+            &ferry_broker::DumpOptions {
+                print_data_log,
+                verify,
+                max_bytes,
+                verify_index_only,
+            },
+        )),
         Command::LogRepair(args) => tool(tools::log_repair::run(args)),
     }
 }
 
-fn dump_log_segments(files: &[PathBuf], print_data_log: bool, verify: bool) -> anyhow::Result<()> {
+fn dump_log_segments(files: &[PathBuf], options: &ferry_broker::DumpOptions) -> anyhow::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut damaged = Vec::new();
+    let mut report = ferry_broker::DumpReport::default();
     for file in files {
-        let found =
-            ferry_broker::dump_segment_file_verified(file, print_data_log, verify, &mut out)?;
+        let before = report.damaged;
+        ferry_broker::dump_segment_file_with(file, options, &mut out, &mut report)?;
+        let found = report.damaged - before;
         if found > 0 {
             damaged.push(format!("{} ({found})", file.display()));
         }
     }
     out.flush()?;
+    // As Kafka: the index problems of every file, after the dumps.
+    report.write_index_problems(&mut std::io::stderr().lock())?;
     if !damaged.is_empty() {
         anyhow::bail!("damaged ranges found in {}", damaged.join(", "));
+    }
+    if options.verify_index_only && report.index_problems() {
+        anyhow::bail!("index entries that disagree with their log were found");
     }
     Ok(())
 }

@@ -82,6 +82,127 @@ pub fn dump_segment_file_verified(
     verify: bool,
     out: &mut impl Write,
 ) -> Result<usize, DumpError> {
+    let options = DumpOptions {
+        print_data_log,
+        verify,
+        ..DumpOptions::default()
+    };
+    let mut report = DumpReport::default();
+    dump_segment_file_with(path, &options, out, &mut report)?;
+    Ok(report.damaged)
+}
+
+/// Kafka's flags of `kafka-dump-log.sh` that shape a dump.
+#[derive(Debug, Clone, Default)]
+pub struct DumpOptions {
+    /// Print each record of a `.log` too.
+    pub print_data_log: bool,
+    /// Check every batch's CRC of a `.log` (see [`dump_segment_file_verified`]).
+    pub verify: bool,
+    /// Read at most this many bytes of a `.log` (whole batches only; no "invalid bytes" line).
+    pub max_bytes: Option<u64>,
+    /// Check an `.index` or `.timeindex` against its `.log` without printing its entries.
+    pub verify_index_only: bool,
+}
+
+/// What a dump found wrong: damaged ranges of `.log` files and, as Kafka's DumpLogSegments
+/// collects them, index entries that disagree with their `.log` (keyed by absolute path).
+#[derive(Debug, Default)]
+pub struct DumpReport {
+    /// Damaged ranges found by `verify`.
+    pub damaged: usize,
+    /// `.index` entries whose offset is not the last offset of the batch at their position:
+    /// (index offset, log offset; -1 when no batch is there).
+    pub index_mismatches: Vec<(String, Vec<(i64, i64)>)>,
+    /// `.timeindex` entries whose timestamp is not their batch's: (index, log timestamp).
+    pub time_mismatches: Vec<(String, Vec<(i64, i64)>)>,
+    /// `.timeindex` entries not above the one before: (timestamp, previous timestamp).
+    pub out_of_order: Vec<(String, Vec<(i64, i64)>)>,
+    /// `.timeindex` offsets that end no batch: (indexed offset, log offset found or -1).
+    pub not_found: Vec<(String, Vec<(i64, i64)>)>,
+}
+
+impl DumpReport {
+    /// Whether any index entry disagreed with its log.
+    pub fn index_problems(&self) -> bool {
+        !(self.index_mismatches.is_empty()
+            && self.time_mismatches.is_empty()
+            && self.out_of_order.is_empty()
+            && self.not_found.is_empty())
+    }
+
+    /// Kafka's messages for the index problems, in its order (for standard error).
+    pub fn write_index_problems(&self, err: &mut impl Write) -> std::io::Result<()> {
+        for (file, list) in &self.index_mismatches {
+            writeln!(err, "Mismatches in :{file}")?;
+            for (index, log) in list {
+                writeln!(err, "  Index offset: {index}, log offset: {log}")?;
+            }
+        }
+        for (file, list) in &self.time_mismatches {
+            writeln!(err, "Found timestamp mismatch in :{file}")?;
+            for (index, log) in list {
+                writeln!(err, "  Index timestamp: {index}, log timestamp: {log}")?;
+            }
+        }
+        for (file, list) in &self.out_of_order {
+            writeln!(err, "Found out of order timestamp in :{file}")?;
+            for (index, previous) in list {
+                writeln!(
+                    err,
+                    "  Index timestamp: {index}, Previously indexed timestamp: {previous}"
+                )?;
+            }
+        }
+        for (_, list) in &self.not_found {
+            writeln!(
+                err,
+                "The following indexed offsets are not found in the log."
+            )?;
+            for (index, log) in list {
+                writeln!(err, "Indexed offset: {index}, found log offset: {log}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds `entry` to the list of `file` in `lists`.
+fn note(lists: &mut Vec<(String, Vec<(i64, i64)>)>, file: &str, entry: (i64, i64)) {
+    match lists.iter_mut().find(|(f, _)| f == file) {
+        Some((_, list)) => list.push(entry),
+        None => lists.push((file.to_owned(), vec![entry])),
+    }
+}
+
+/// Reads at most `limit` bytes of `path` (all without a limit).
+fn read_file(path: &Path, limit: Option<u64>) -> Result<Vec<u8>, DumpError> {
+    use std::io::Read as _;
+    let read = |path: &Path| -> std::io::Result<Vec<u8>> {
+        let file = std::fs::File::open(path)?;
+        let mut data = Vec::new();
+        match limit {
+            Some(n) => file.take(n).read_to_end(&mut data)?,
+            None => (&file).read_to_end(&mut data)?,
+        };
+        Ok(data)
+    };
+    read(path).map_err(|source| DumpError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Writes the dump of one segment file to `out` as `options` ask, adding what is wrong to
+/// `report`.
+pub fn dump_segment_file_with(
+    path: &Path,
+    options: &DumpOptions,
+    out: &mut impl Write,
+    report: &mut DumpReport,
+) -> Result<(), DumpError> {
+    let print_data_log = options.print_data_log;
+    let verify = options.verify;
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -92,29 +213,99 @@ pub fn dump_segment_file_verified(
     let base_offset: i64 = stem
         .parse()
         .map_err(|_| DumpError::NotASegment(path.to_path_buf()))?;
-    let data = std::fs::read(path).map_err(|source| DumpError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let limit = match extension {
+        "log" => options.max_bytes,
+        _ => None,
+    };
+    let data = read_file(path, limit)?;
     writeln!(out, "Dumping {}", path.display())?;
-    let mut damaged = 0;
+    let absolute = std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string();
+    // The segment's `.log` (and `.index`), read only to check an index against it.
+    let sibling = |ext: &str| read_file(&path.with_extension(ext), None);
+    let log_for_index = || match sibling("log") {
+        Ok(log) => Ok(Some(log)),
+        Err(e) if options.verify_index_only => Err(e),
+        Err(_) => Ok(None),
+    };
     match extension {
-        "log" if verify => damaged = verify_log(path, &data, base_offset, print_data_log, out)?,
-        "log" => dump_log(&data, base_offset, print_data_log, out)?,
+        "log" if verify => {
+            let cut = options
+                .max_bytes
+                .is_some_and(|n| std::fs::metadata(path).is_ok_and(|m| m.len() > n));
+            report.damaged += verify_log(path, &data, base_offset, print_data_log, cut, out)?;
+        }
+        "log" => dump_log(
+            &data,
+            base_offset,
+            print_data_log,
+            options.max_bytes.is_none(),
+            out,
+        )?,
         "index" => {
-            for entry in data.chunks_exact(8) {
-                let offset = base_offset + i64::from(i32_at(entry, 0) as u32);
-                writeln!(
-                    out,
-                    "offset: {offset} position: {}",
-                    i32_at(entry, 4) as u32
-                )?;
+            let entries = offset_index_entries(&data, base_offset);
+            if entries.is_empty() {
+                writeln!(out, "{} is empty.", path.display())?;
+                return Ok(());
+            }
+            let log = log_for_index()?;
+            for (offset, position) in entries {
+                if let Some(log) = &log {
+                    let found = batch::parse_header(log.get(position as usize..).unwrap_or(&[]))
+                        .map_or(-1, |h| h.last_offset());
+                    if found != offset {
+                        note(&mut report.index_mismatches, &absolute, (offset, found));
+                    }
+                }
+                if !options.verify_index_only {
+                    writeln!(out, "offset: {offset} position: {position}")?;
+                }
             }
         }
         "timeindex" => {
-            for entry in data.chunks_exact(12) {
+            let log = log_for_index()?;
+            let index = sibling("index")
+                .map(|i| offset_index_entries(&i, base_offset))
+                .unwrap_or_default();
+            let mut previous = -1i64;
+            for (i, entry) in data.chunks_exact(12).enumerate() {
+                let timestamp = i64_at(entry, 0);
                 let offset = base_offset + i64::from(i32_at(entry, 8) as u32);
-                writeln!(out, "timestamp: {} offset: {offset}", i64_at(entry, 0))?;
+                // A zero entry after the first: the unwritten rest of a preallocated file.
+                if offset == base_offset && i > 0 {
+                    break;
+                }
+                if let Some(log) = &log {
+                    let start = index
+                        .iter()
+                        .rev()
+                        .find(|(o, _)| *o <= offset)
+                        .map_or(0, |(_, p)| *p as usize);
+                    match batch_ending_at_or_after(log, start, offset) {
+                        None => note(&mut report.not_found, &absolute, (offset, -1)),
+                        Some((last, _)) if last != offset => {
+                            note(&mut report.not_found, &absolute, (offset, last))
+                        }
+                        Some((_, max_timestamp)) => {
+                            if max_timestamp != timestamp {
+                                note(
+                                    &mut report.time_mismatches,
+                                    &absolute,
+                                    (timestamp, max_timestamp),
+                                );
+                            }
+                            if previous >= timestamp {
+                                note(&mut report.out_of_order, &absolute, (timestamp, previous));
+                            }
+                        }
+                    }
+                }
+                if !options.verify_index_only {
+                    writeln!(out, "timestamp: {timestamp} offset: {offset}")?;
+                }
+                previous = timestamp;
             }
         }
         "txnindex" => {
@@ -140,7 +331,45 @@ pub fn dump_segment_file_verified(
         }
         _ => return Err(DumpError::NotASegment(path.to_path_buf())),
     }
-    Ok(damaged)
+    Ok(())
+}
+
+/// The (offset, position) entries of an `.index`, up to the first zero entry after the first
+/// (the unwritten rest of a preallocated file, as Kafka reads it).
+fn offset_index_entries(data: &[u8], base_offset: i64) -> Vec<(i64, u32)> {
+    let mut entries = Vec::new();
+    for (i, entry) in data.chunks_exact(8).enumerate() {
+        let offset = base_offset + i64::from(i32_at(entry, 0) as u32);
+        if offset == base_offset && i > 0 {
+            break;
+        }
+        entries.push((offset, i32_at(entry, 4) as u32));
+    }
+    entries
+}
+
+/// From the batch at `start`, the first batch whose last offset is at least `offset`: its
+/// last offset and the largest timestamp of its records (as Kafka reads them).
+fn batch_ending_at_or_after(log: &[u8], start: usize, offset: i64) -> Option<(i64, i64)> {
+    let mut position = start;
+    while let Ok(header) = batch::parse_header(log.get(position..)?) {
+        let end = position.checked_add(header.size)?;
+        if header.last_offset() >= offset {
+            let b = log.get(position..end)?;
+            let log_append_time = i16_at(b, 21) & 0x08 != 0;
+            let from_records = if log_append_time {
+                None
+            } else {
+                batch::decode_records(b).and_then(|r| r.iter().map(|r| r.timestamp).max())
+            };
+            return Some((
+                header.last_offset(),
+                from_records.unwrap_or(header.max_timestamp),
+            ));
+        }
+        position = end;
+    }
+    None
 }
 
 /// Bytes of one aborted transaction in a `.txnindex`.
@@ -178,6 +407,7 @@ fn dump_log(
     data: &[u8],
     base_offset: i64,
     print_data_log: bool,
+    report_trailing: bool,
     out: &mut impl Write,
 ) -> Result<(), DumpError> {
     writeln!(out, "Log starting offset: {base_offset}")?;
@@ -192,7 +422,8 @@ fn dump_log(
         dump_batch(data, position, &header, print_data_log, out)?;
         position += header.size;
     }
-    if position < data.len() {
+    // Not after --max-bytes, whose limit may cut a batch (as Kafka).
+    if report_trailing && position < data.len() {
         writeln!(
             out,
             "Found {} invalid bytes at the end of the file (position {position})",
@@ -203,12 +434,14 @@ fn dump_log(
 }
 
 /// The `--verify` dump of a `.log`: every CRC checked, damage printed and walked past (see
-/// `log::scan`).
+/// `log::scan`). With `cut` (`data` is the start of the file, cut by --max-bytes), a range
+/// running to the cut is not counted as damage: the batch may go on after it.
 fn verify_log(
     path: &Path,
     data: &[u8],
     base_offset: i64,
     print_data_log: bool,
+    cut: bool,
     out: &mut impl Write,
 ) -> Result<usize, DumpError> {
     writeln!(out, "Log starting offset: {base_offset}")?;
@@ -237,6 +470,7 @@ fn verify_log(
                 Found::Batch { position, header } => {
                     dump_batch(data, position as usize, &header, print_data_log, out)
                 }
+                Found::Damage(d) if cut && d.end >= data.len() as u64 => Ok(()),
                 Found::Damage(d) => {
                     damaged += 1;
                     let lost = if d.next_offset > d.first_offset {
@@ -543,6 +777,96 @@ mod tests {
             "{}",
             lines[2]
         );
+    }
+
+    #[test]
+    fn checks_indexes_against_their_log_as_kafka() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = |s: &str| (None, Some(s.as_bytes().to_vec()));
+        // Batches: offsets 0..=1 at 0, 2 at `second`, 3..=4 at `third`; all timestamps 1000.
+        // (Sequences given, so that the codec keeps the records of a batch together.)
+        let mut log = batch(0, &[v("a"), v("b")], 0, false, false);
+        let second = log.len() as u32;
+        log.extend(batch(2, &[v("c")], 2, false, false));
+        let third = log.len() as u32;
+        log.extend(batch(3, &[v("d"), v("e")], 3, false, false));
+        std::fs::write(dir.path().join("00000000000000000000.log"), &log).unwrap();
+        let index_entry = |relative: u32, position: u32| {
+            [relative.to_be_bytes(), position.to_be_bytes()].concat()
+        };
+        // Right, wrong (offset 3 where offset 2 ends), then a zero entry: the end.
+        let mut index = index_entry(2, second);
+        index.extend(index_entry(3, second));
+        index.extend(index_entry(0, 0));
+        index.extend(index_entry(4, third));
+        let time_entry = |ts: i64, relative: u32| {
+            let mut e = ts.to_be_bytes().to_vec();
+            e.extend_from_slice(&relative.to_be_bytes());
+            e
+        };
+        // Right, a wrong timestamp (out of order too), an offset that ends no batch.
+        let mut time = time_entry(1000, 1);
+        time.extend(time_entry(999, 2));
+        time.extend(time_entry(2000, 3));
+        let run = |name: &str, bytes: &[u8], verify_index_only: bool| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            let options = DumpOptions {
+                verify_index_only,
+                ..DumpOptions::default()
+            };
+            let mut out = Vec::new();
+            let mut report = DumpReport::default();
+            dump_segment_file_with(&path, &options, &mut out, &mut report).unwrap();
+            let mut err = Vec::new();
+            report.write_index_problems(&mut err).unwrap();
+            let absolute = std::path::absolute(&path).unwrap().display().to_string();
+            (
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(err).unwrap(),
+                absolute,
+            )
+        };
+        let (out, err, path) = run("00000000000000000000.index", &index, true);
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert_eq!(
+            err,
+            format!("Mismatches in :{path}\n  Index offset: 3, log offset: 2\n")
+        );
+        let (out, _, _) = run("00000000000000000000.index", &index, false);
+        assert_eq!(
+            out.lines().skip(1).collect::<Vec<_>>(),
+            [
+                format!("offset: 2 position: {second}"),
+                format!("offset: 3 position: {second}")
+            ]
+        );
+        let (out, err, path) = run("00000000000000000000.timeindex", &time, true);
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert_eq!(
+            err,
+            format!(
+                "Found timestamp mismatch in :{path}\n  Index timestamp: 999, log timestamp: 1000\n\
+                 Found out of order timestamp in :{path}\n  Index timestamp: 999, Previously indexed timestamp: 1000\n\
+                 The following indexed offsets are not found in the log.\nIndexed offset: 3, found log offset: 4\n"
+            )
+        );
+        let (out, _, _) = run("00000000000000000000.index", &[], false);
+        assert!(
+            out.ends_with("00000000000000000000.index is empty.\n"),
+            "{out}"
+        );
+        // --max-bytes: whole batches only, no trailing-bytes line.
+        let path = dir.path().join("00000000000000000000.log");
+        let options = DumpOptions {
+            max_bytes: Some(u64::from(third) + 3),
+            ..DumpOptions::default()
+        };
+        let mut out = Vec::new();
+        dump_segment_file_with(&path, &options, &mut out, &mut DumpReport::default()).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out.matches("baseOffset:").count(), 2, "{out}");
+        assert!(!out.contains("invalid bytes"), "{out}");
     }
 
     #[test]

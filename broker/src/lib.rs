@@ -47,7 +47,10 @@ pub use config::{
     BrokerConfig, ClientAuth, ListenerConfig, Password, SaslMechanism, SecurityProtocol, SslConfig,
     UserConfig,
 };
-pub use dump::{DumpError, dump_segment_file, dump_segment_file_verified};
+pub use dump::{
+    DumpError, DumpOptions, DumpReport, dump_segment_file, dump_segment_file_verified,
+    dump_segment_file_with,
+};
 pub use log::StorageError;
 pub use log::batch::BatchError;
 pub use quotas::{ClientQuota, DEFAULT_CLIENT};

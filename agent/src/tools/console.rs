@@ -573,6 +573,26 @@ fn stop_on_signals() -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicB
     Ok(stop)
 }
 
+/// Stores the consumer's position (the offset after the last record printed, or after the
+/// control records that follow it) of each assigned partition, to be committed.
+/// True when one was stored.
+fn store_positions(consumer: &BaseConsumer) -> bool {
+    let Ok(positions) = consumer.position() else {
+        return false;
+    };
+    let mut known = rdkafka::TopicPartitionList::new();
+    for e in positions.elements() {
+        if let rdkafka::Offset::Offset(n) = e.offset()
+            && n >= 0
+        {
+            let _ =
+                known.add_partition_offset(e.topic(), e.partition(), rdkafka::Offset::Offset(n));
+        }
+    }
+    // A partition revoked meanwhile is refused; its printed records were stored already.
+    known.count() > 0 && consumer.store_offsets(&known).is_ok()
+}
+
 /// Prints records until `--max-messages`, `--timeout-ms` or SIGINT/SIGTERM; with a group,
 /// commits at the end.
 fn print_records(
@@ -617,12 +637,16 @@ fn print_records(
         }
     }
     out.flush()?;
-    if args.group.is_some() && count > 0 {
-        out.flush()?;
-        match consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync) {
-            // Every printed record's offset was committed already (auto-commit).
-            Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-            Err(e) => return Err(e).context("committing the group's offsets"),
+    if args.group.is_some() {
+        // Kafka's consumer commits its position, which moves past transaction markers (that
+        // are never printed), so a fully read transactional partition has lag 0; librdkafka's
+        // position does the same, while a stored record offset would stop before the marker.
+        if store_positions(consumer) || count > 0 {
+            match consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync) {
+                // Every printed record's offset was committed already (auto-commit).
+                Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+                Err(e) => return Err(e).context("committing the group's offsets"),
+            }
         }
     }
     eprintln!("Processed a total of {count} messages");
