@@ -660,6 +660,37 @@ pub(crate) mod tests {
         );
     }
 
+    /// Writes a request frame (header and sample body, without the size prefix) of every
+    /// served version of every API into the directory `FERRY_FUZZ_SEEDS` names, as seeds for
+    /// the kafka_request fuzz target, so that every handler is fuzzed from its first run:
+    /// `FERRY_FUZZ_SEEDS=$PWD/fuzz/corpus/kafka_request cargo test -p ferry-broker --lib
+    /// write_fuzz_seeds -- --ignored`. Without the variable it checks that every frame is one.
+    #[test]
+    #[ignore = "writes the fuzz seeds when asked to"]
+    fn write_fuzz_seeds() {
+        use kafka_protocol::protocol::{Encodable, StrBytes};
+        let out = std::env::var_os("FERRY_FUZZ_SEEDS").map(std::path::PathBuf::from);
+        for route in ROUTES {
+            for version in route.versions.min..=route.versions.max {
+                let header = RequestHeader::default()
+                    .with_request_api_key(route.key as i16)
+                    .with_request_api_version(version)
+                    .with_correlation_id(7)
+                    .with_client_id(Some(StrBytes::from_static_str("seed")));
+                let mut frame = bytes::BytesMut::new();
+                header
+                    .encode(&mut frame, route.key.request_header_version(version))
+                    .unwrap();
+                frame.extend_from_slice(&samples::sample(route.key, version));
+                assert!(frame.len() >= 8);
+                if let Some(dir) = &out {
+                    let name = format!("seed-{:?}-v{version}", route.key);
+                    std::fs::write(dir.join(name), &frame).unwrap();
+                }
+            }
+        }
+    }
+
     /// Every advertised version of every API decodes a request and encodes its response: a
     /// field set that a version lacks would fail here instead of closing a client's connection.
     #[tokio::test]
