@@ -601,11 +601,8 @@ fn dump_batch(
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use bytes::BytesMut;
     use kafka_protocol::indexmap::IndexMap;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::{Compression, Record, TimestampType};
 
     use super::*;
 
@@ -643,17 +640,7 @@ mod tests {
                 headers: IndexMap::new(),
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
-        buf.to_vec()
+        crate::log::batch::tests::encode(&records, Compression::None)
     }
 
     /// A transaction marker: key `version 0, type`, value `version 0, coordinator epoch`.

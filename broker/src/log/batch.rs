@@ -500,6 +500,26 @@ pub(crate) fn assign_offset(batch: &mut [u8], base_offset: i64) {
 pub(crate) mod tests {
     use super::*;
 
+    /// `records` encoded as one batch by the codec (their offsets, producer fields and
+    /// timestamps as given), compressed with `compression`.
+    pub(crate) fn encode(
+        records: &[kafka_protocol::records::Record],
+        compression: kafka_protocol::records::Compression,
+    ) -> Vec<u8> {
+        use kafka_protocol::records::{RecordBatchEncoder, RecordEncodeOptions};
+        let mut buf = bytes::BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
+        buf.to_vec()
+    }
+
     /// A minimal valid uncompressed batch with `count` empty-valued records, for tests.
     pub(crate) fn make_batch(base_offset: i64, count: i32, timestamp: i64) -> Vec<u8> {
         let mut records = Vec::new();

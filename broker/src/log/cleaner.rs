@@ -45,7 +45,7 @@ use std::sync::Arc;
 use super::batch::{self, BatchHeader, BatchRecords, HEADER_LEN};
 use super::producers::AbortedTxn;
 use super::segment::{self, Segment};
-use super::{PartitionLog, StorageError, control};
+use super::{PartitionLog, StorageError, control, io_err};
 
 /// The directory, in a partition's, where a pass writes its segments.
 pub(crate) const CLEANING_DIR: &str = "cleaning";
@@ -58,15 +58,6 @@ const WRITE_CHUNK: usize = 1 << 20;
 /// What an offset map entry costs beyond its key's bytes, roughly (the key's allocation and
 /// the hash table's slot).
 const MAP_ENTRY_OVERHEAD: usize = 48;
-
-fn io_err(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> StorageError {
-    let path = path.to_path_buf();
-    move |source| StorageError::Io {
-        path,
-        action,
-        source,
-    }
-}
 
 /// Settings of the cleaner, broker-wide.
 #[derive(Debug, Clone, Copy)]
@@ -656,11 +647,9 @@ fn sync_dir(path: &Path) -> Result<(), StorageError> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use bytes::{Bytes, BytesMut};
+    use bytes::Bytes;
     use kafka_protocol::indexmap::IndexMap;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::{Compression, Record, TimestampType};
 
     use super::*;
     use crate::config::BrokerConfig;
@@ -718,22 +707,21 @@ mod tests {
                 headers: IndexMap::new(),
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression,
-            },
-        )
-        .unwrap();
-        buf.to_vec()
+        batch::tests::encode(&records, compression)
     }
 
     fn append(log: &mut PartitionLog, mut bytes: Vec<u8>) -> i64 {
         let mut headers = batch::validate_all(&bytes).unwrap();
         log.append(&mut bytes, &mut headers).unwrap()
+    }
+
+    /// `count` single-record batches of `key`, valued `{prefix}{i}`, at timestamp `ts`.
+    fn updates(log: &mut PartitionLog, key: &str, prefix: &str, count: usize, ts: i64) {
+        for i in 0..count {
+            let value = format!("{prefix}{i}");
+            let records = [(Some(key), Some(value.as_str()))];
+            append(log, batch(&records, ts, None, Compression::None));
+        }
     }
 
     /// Every record from the log start: (offset, key, value), control batches left out.
@@ -890,13 +878,7 @@ mod tests {
             &mut log,
             batch(&[(Some("a"), None)], NOW, None, Compression::None),
         );
-        for i in 0..20 {
-            let v = format!("{i}");
-            append(
-                &mut log,
-                batch(&[(Some("c"), Some(&v))], NOW, None, Compression::None),
-            );
-        }
+        updates(&mut log, "c", "", 20, NOW);
         assert!(pass(&mut log, NOW + 1));
         let got = records(&mut log);
         assert!(
@@ -910,25 +892,13 @@ mod tests {
         );
 
         // Past delete.retention.ms, but the tombstone is cleaned again only with new data.
-        for i in 0..20 {
-            let v = format!("again {i}");
-            append(
-                &mut log,
-                batch(&[(Some("d"), Some(&v))], NOW, None, Compression::None),
-            );
-        }
+        updates(&mut log, "d", "again ", 20, NOW);
         assert!(pass(&mut log, NOW + RETENTION - 1));
         assert!(
             records(&mut log).contains(&(tombstone, Some("a".into()), None)),
             "not yet"
         );
-        for i in 0..20 {
-            let v = format!("more {i}");
-            append(
-                &mut log,
-                batch(&[(Some("e"), Some(&v))], NOW, None, Compression::None),
-            );
-        }
+        updates(&mut log, "e", "more ", 20, NOW);
         assert!(pass(&mut log, NOW + RETENTION + 1));
         let got = records(&mut log);
         assert!(
@@ -970,13 +940,7 @@ mod tests {
         );
         let abort_marker = log.append_marker(1, 0, false, 0).unwrap();
         let commit_marker = log.append_marker(2, 0, true, 0).unwrap();
-        for i in 0..20 {
-            let v = format!("{i}");
-            append(
-                &mut log,
-                batch(&[(Some("z"), Some(&v))], now, None, Compression::None),
-            );
-        }
+        updates(&mut log, "z", "", 20, now);
         let markers = |log: &PartitionLog| {
             let mut found = Vec::new();
             for segment in &log.segments {
@@ -999,13 +963,7 @@ mod tests {
         assert!(got.contains(&(committed, Some("y".into()), Some("committed".into()))));
         assert_eq!(markers(&log), vec![abort_marker, commit_marker]);
 
-        for i in 0..20 {
-            let v = format!("later {i}");
-            append(
-                &mut log,
-                batch(&[(Some("w"), Some(&v))], now, None, Compression::None),
-            );
-        }
+        updates(&mut log, "w", "later ", 20, now);
         assert!(pass(&mut log, crate::log::now_ms() + RETENTION + 1));
         assert_eq!(
             markers(&log),
@@ -1097,13 +1055,7 @@ mod tests {
     fn a_pass_asked_to_stop_leaves_nothing_behind() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = open(dir.path(), 300);
-        for i in 0..40 {
-            let v = format!("v{i}");
-            append(
-                &mut log,
-                batch(&[(Some("k"), Some(&v))], NOW, None, Compression::None),
-            );
-        }
+        updates(&mut log, "k", "v", 40, NOW);
         let before = records(&mut log);
         let plan = log.cleaning_plan(NOW + 1).unwrap().unwrap();
         let mut budget = 5;
@@ -1125,13 +1077,7 @@ mod tests {
     fn damage_met_by_a_pass_is_recorded_and_cleaning_stops_before_it() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = open(dir.path(), 300);
-        for i in 0..40 {
-            let v = format!("v{i}");
-            append(
-                &mut log,
-                batch(&[(Some("k"), Some(&v))], NOW, None, Compression::None),
-            );
-        }
+        updates(&mut log, "k", "v", 40, NOW);
         let second = log.segments[1].log_path().to_path_buf();
         let mut bytes = fs::read(&second).unwrap();
         bytes[70] ^= 0xff;

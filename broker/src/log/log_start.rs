@@ -37,14 +37,7 @@ pub(super) fn read(dir: &Path) -> i64 {
 fn write(dir: &Path, offset: i64) -> Result<(), StorageError> {
     let path = dir.join(LOG_START_FILE);
     let tmp = path.with_extension("tmp");
-    let io = |path: &Path, action| {
-        let path = path.to_path_buf();
-        move |source| StorageError::Io {
-            path,
-            action,
-            source,
-        }
-    };
+    let io = super::io_err;
     let file = fs::File::create(&tmp).map_err(io(&tmp, "create"))?;
     std::io::Write::write_all(&mut &file, format!("{offset}\n").as_bytes())
         .map_err(io(&tmp, "write"))?;

@@ -142,6 +142,19 @@ const SYNC_BATCH: usize = 16;
 /// Producer state snapshots kept per partition (older ones are deleted).
 const SNAPSHOTS_KEPT: usize = 2;
 
+/// A closure turning an I/O error into a [`StorageError`] naming `path` and what was done.
+pub(crate) fn io_err(
+    path: &Path,
+    action: &'static str,
+) -> impl FnOnce(std::io::Error) -> StorageError {
+    let path = path.to_path_buf();
+    move |source| StorageError::Io {
+        path,
+        action,
+        source,
+    }
+}
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
@@ -458,14 +471,7 @@ impl PartitionLog {
         let offset = self.log_end_offset();
         let path = self.dir.join(segment::file_name(offset, "snapshot"));
         let tmp = path.with_extension("snapshot.tmp");
-        let io = |path: &Path, action| {
-            let path = path.to_path_buf();
-            move |source| StorageError::Io {
-                path,
-                action,
-                source,
-            }
-        };
+        let io = io_err;
         // The snapshot stands for everything before it: the aborted transactions recorded so
         // far must be on disk before it is (earlier segments' were synced by earlier snapshots).
         self.active().flush_txn_index()?;

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::StorageError;
 use super::batch::{self, BatchHeader, HEADER_LEN};
 use super::control::{self, Marker};
 use super::producers::AbortedTxn;
 use super::scan::{Damage, Found, Walk};
 use super::txn_index::TxnIndex;
+use super::{StorageError, io_err};
 
 const INDEX_ENTRY: usize = 8;
 const TIME_ENTRY: usize = 12;
@@ -86,15 +86,6 @@ impl Handles {
             index: open(&log_path.with_extension("index"))?,
             time_index: open(&log_path.with_extension("timeindex"))?,
         })
-    }
-}
-
-fn io_err(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> StorageError {
-    let path = path.to_path_buf();
-    move |source| StorageError::Io {
-        path,
-        action,
-        source,
     }
 }
 

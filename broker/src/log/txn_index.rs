@@ -8,21 +8,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use super::StorageError;
 use super::producers::AbortedTxn;
+use super::{StorageError, io_err};
 
 const ENTRY: usize = 34;
-
-fn io_err(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> StorageError {
-    let path = path.to_path_buf();
-    move |source| StorageError::Io {
-        path,
-        action,
-        source,
-    }
-}
 
 /// The aborted transactions of one segment.
 pub(crate) struct TxnIndex {
