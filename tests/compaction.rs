@@ -21,7 +21,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 #[path = "harness.rs"]
 mod harness;
 
-use harness::{Agent, Lcg, crash_seed, free_port, wait_until};
+use harness::{Agent, Lcg, crash_seed, free_port, http_address, http_get, wait_until};
 
 const TOPIC: &str = "changelog";
 /// delete.retention.ms of the tombstone test.
@@ -46,7 +46,7 @@ impl ProducerContext for Recorder {
 
 fn start(dir: &Path, port: u16, bytes_per_sec: u64) -> Agent {
     let config = format!(
-        "broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n  num_partitions: 1\n  \
+        "agent:\n  http: 127.0.0.1:0\nbroker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n  num_partitions: 1\n  \
          log_cleaner_backoff_ms: 100\n  log_cleaner_io_max_bytes_per_second: {bytes_per_sec}\n"
     );
     let agent = Agent::start(dir, &config);
@@ -250,7 +250,7 @@ fn a_compacted_topic_keeps_each_keys_last_value_and_tombstones_until_delete_rete
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let bootstrap = format!("127.0.0.1:{port}");
-    let _broker = start(dir.path(), port, 0);
+    let broker = start(dir.path(), port, 0);
     create_topic(&bootstrap, RETENTION.as_millis() as u64);
     let acked: Acked = Arc::default();
     let doomed: Vec<(String, Option<String>)> = (0..5)
@@ -284,6 +284,22 @@ fn a_compacted_topic_keeps_each_keys_last_value_and_tombstones_until_delete_rete
             .any(|(_, k, v)| k.starts_with('t') && v.is_some()),
         "the values the tombstones delete are gone"
     );
+    // The metrics show the passes and what they removed.
+    let address = http_address(&broker).unwrap();
+    let (status, metrics) = http_get(&address, "/metrics");
+    assert_eq!(status, 200);
+    let value = |name: &str| -> f64 {
+        let prefix = format!("{name}{{topic=\"{TOPIC}\",partition=\"0\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("{prefix} in {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("kafka_log_cleaner_passes_total") >= 1.0);
+    assert!(value("kafka_log_cleaner_records_removed_total") > 15_000.0);
+    assert!(value("kafka_log_cleaner_checkpoint") > 15_000.0);
     let tombstones_read = read
         .iter()
         .filter(|(_, k, v)| k.starts_with('t') && v.is_none())

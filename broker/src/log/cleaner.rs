@@ -110,6 +110,15 @@ pub(crate) struct Cleaned {
     pub(crate) records_removed: u64,
 }
 
+/// What the cleaner did to a partition since the broker started.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct CleanerStats {
+    pub(crate) passes: u64,
+    pub(crate) records_removed: u64,
+    /// Where the last pass ended (the dirty part starts here).
+    pub(crate) checkpoint: i64,
+}
+
 /// Why a pass did not finish.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CleanError {
@@ -148,7 +157,7 @@ impl PartitionLog {
             return Ok(None);
         }
         let end = self.segments[cleanable].base_offset();
-        let first_dirty = self.cleaner_checkpoint.max(self.log_start_offset());
+        let first_dirty = self.cleaner.checkpoint.max(self.log_start_offset());
         if first_dirty >= end {
             return Ok(None);
         }
@@ -253,9 +262,16 @@ impl PartitionLog {
             loaded.push(segment);
         }
         self.segments.splice(..replaced, loaded);
-        self.cleaner_checkpoint = cleaned.end;
+        self.cleaner.checkpoint = cleaned.end;
+        self.cleaner.passes += 1;
+        self.cleaner.records_removed += cleaned.records_removed;
         write_checkpoint(&self.dir, cleaned.end);
         Ok(true)
+    }
+
+    /// What the cleaner did to this partition since the broker started.
+    pub(crate) fn cleaner_stats(&self) -> CleanerStats {
+        self.cleaner
     }
 }
 

@@ -200,8 +200,9 @@ pub(crate) struct PartitionLog {
     /// Offset below which everything was fsynced (persisted in [`RECOVERY_POINT_FILE`]): after
     /// a crash, the segments reaching past it have every batch's CRC checked.
     recovery_point: i64,
-    /// Where the last compaction pass ended (see [`cleaner`]): the dirty part starts here.
-    cleaner_checkpoint: i64,
+    /// What compaction did (see [`cleaner`]), and where its last pass ended: the dirty part
+    /// starts there.
+    cleaner: cleaner::CleanerStats,
     /// The start DeleteRecords moved the log to (see [`log_start`]), 0 when it never did: the
     /// log start offset is the larger of it and the oldest segment's base offset.
     log_start: i64,
@@ -300,7 +301,10 @@ impl PartitionLog {
             last_flush: Instant::now(),
             producers: ProducerStates::default(),
             recovery_point: recorded_point,
-            cleaner_checkpoint: cleaner::read_checkpoint(dir),
+            cleaner: cleaner::CleanerStats {
+                checkpoint: cleaner::read_checkpoint(dir),
+                ..Default::default()
+            },
             log_start: 0,
         };
         log.log_start = log_start::read(dir).min(log.log_end_offset());

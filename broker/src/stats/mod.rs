@@ -92,6 +92,13 @@ pub struct PartitionStats {
     pub damaged_ranges: usize,
     /// Bytes of those ranges.
     pub damaged_bytes: u64,
+    /// Compaction passes swapped in since the broker started (topics whose `cleanup.policy`
+    /// includes `compact`).
+    pub cleaner_passes: u64,
+    /// Records those passes removed (superseded, keyless, expired tombstones, aborted).
+    pub cleaner_records_removed: u64,
+    /// Where the last pass ended: the offsets from it on are not compacted yet (0 before one).
+    pub cleaner_checkpoint: i64,
 }
 
 /// One topic's traffic, counted per batch (Kafka's `BytesInPerSec`, `BytesOutPerSec`,
@@ -336,6 +343,9 @@ impl BrokerObserver {
                     segments: log.segment_count(),
                     damaged_ranges,
                     damaged_bytes,
+                    cleaner_passes: log.cleaner_stats().passes,
+                    cleaner_records_removed: log.cleaner_stats().records_removed,
+                    cleaner_checkpoint: log.cleaner_stats().checkpoint,
                 });
             }
         }

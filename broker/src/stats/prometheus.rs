@@ -9,6 +9,9 @@
 //! | `kafka_log_segments` | gauge | topic, partition | segments, the active one included |
 //! | `kafka_log_damaged_ranges` | gauge | topic, partition | damaged ranges found and not removed |
 //! | `kafka_log_damaged_bytes` | gauge | topic, partition | bytes of those ranges |
+//! | `kafka_log_cleaner_passes_total` | counter | topic, partition | compaction passes swapped in |
+//! | `kafka_log_cleaner_records_removed_total` | counter | topic, partition | records those passes removed |
+//! | `kafka_log_cleaner_checkpoint` | gauge | topic, partition | where the last compaction pass ended |
 //! | `kafka_topic_bytes_in_total` | counter | topic | bytes of batches appended by Produce |
 //! | `kafka_topic_bytes_out_total` | counter | topic | bytes of batches sent by Fetch |
 //! | `kafka_topic_records_in_total` | counter | topic | records appended by Produce |
@@ -100,7 +103,7 @@ fn encode_partitions(encoder: &mut DescriptorEncoder<'_>, stats: &BrokerStats) -
             ("partition", p.partition.to_string()),
         ]
     };
-    let gauges: [Described<super::PartitionStats, i64>; 7] = [
+    let gauges: [Described<super::PartitionStats, i64>; 8] = [
         (
             "kafka_log_start_offset",
             "First offset still stored in the partition.",
@@ -136,10 +139,37 @@ fn encode_partitions(encoder: &mut DescriptorEncoder<'_>, stats: &BrokerStats) -
             "Bytes of the damaged ranges found in the partition's segment files.",
             |p| i64::try_from(p.damaged_bytes).unwrap_or(i64::MAX),
         ),
+        (
+            "kafka_log_cleaner_checkpoint",
+            "Where the partition's last compaction pass ended (0 before one).",
+            |p| p.cleaner_checkpoint,
+        ),
     ];
     for (name, help, value) in gauges {
         let rows = stats.partitions.iter().map(|p| (labels(p), value(p)));
         family(encoder, name, help, MetricType::Gauge, rows, gauge)?;
+    }
+    let counters: [Described<super::PartitionStats, u64>; 2] = [
+        (
+            "kafka_log_cleaner_passes",
+            "Compaction passes swapped into the partition since the broker started.",
+            |p| p.cleaner_passes,
+        ),
+        (
+            "kafka_log_cleaner_records_removed",
+            "Records compaction passes removed from the partition since the broker started.",
+            |p| p.cleaner_records_removed,
+        ),
+    ];
+    // Only compacted partitions have them: the others would only add zeros.
+    let compacted: Vec<_> = stats
+        .partitions
+        .iter()
+        .filter(|p| p.cleaner_passes > 0 || p.cleaner_checkpoint > 0)
+        .collect();
+    for (name, help, value) in counters {
+        let rows = compacted.iter().map(|p| (labels(p), value(p)));
+        family(encoder, name, help, MetricType::Counter, rows, counter)?;
     }
     Ok(())
 }
