@@ -60,11 +60,17 @@ fn append(
             return fail(ResponseError::CorruptMessage);
         }
     };
-    let (codec, log_append_time, min_insync) = {
+    let (codec, log_append_time, min_insync, compacted, max_bytes) = {
         let log = partition.log();
         let config = log.config();
         let min_insync = config.min_insync_replicas;
-        (config.compression, config.log_append_time, min_insync)
+        (
+            config.compression,
+            config.log_append_time,
+            min_insync,
+            log.compacted(),
+            log.max_message_bytes(),
+        )
     };
     // One replica is all there is: acks=all asks for more in sync than that, Kafka refuses.
     if acks == -1 && min_insync > 1 {
@@ -98,22 +104,25 @@ fn append(
     } else {
         BytesMut::from(records)
     };
-    let mut log = partition.log();
-    let max = usize::try_from(log.max_message_bytes()).unwrap_or(0);
+    let max = usize::try_from(max_bytes).unwrap_or(0);
     if headers.iter().any(|(_, h)| h.size > max) {
         return fail(ResponseError::MessageTooLarge);
     }
     // As Kafka's: a compacted topic keeps the last record of each key, so a record without
-    // one is refused, every such record named by its index in the request's records.
-    if log.compacted() {
+    // one is refused, every such record named by its index in the request's records. Checked
+    // before the partition is held (the records are decompressed to find their keys).
+    if compacted {
         let mut errors = Vec::new();
         let mut position = 0i32;
-        for (at, _) in &headers {
+        for (at, header) in &headers {
             // The batches as they are appended (re-encoded for the topic's codec, maybe).
-            let Some(records) = batch::decode_records(&bytes[*at..]) else {
+            let records = bytes
+                .get(*at..at.saturating_add(header.size))
+                .map(batch::BatchRecords::read);
+            let Some(Ok(records)) = records else {
                 return fail(ResponseError::CorruptMessage);
             };
-            for record in records {
+            for record in &records.records {
                 if record.key.is_none() {
                     errors.push(
                         BatchIndexAndErrorMessage::default()
@@ -136,6 +145,7 @@ fn append(
                 .with_error_message(Some(message.into()));
         }
     }
+    let mut log = partition.log();
     match log.append(&mut bytes, &mut headers) {
         Ok(base_offset) => {
             let records = headers.iter().map(|(_, h)| h.record_count.max(0) as u64);
