@@ -858,7 +858,7 @@ fn configs_tool_alters_and_describes_topic_configs_as_kafka_configs_sh() {
 
 /// `agent get-offsets` prints `topic:partition:offset` lines as kafka-get-offsets.sh: the log
 /// end by default, the start with `--time -2`, the first offset at a timestamp, nothing after
-/// the colon where no record is that late.
+/// the colon where no record is that late, the record with the largest timestamp with `-3`.
 #[test]
 fn get_offsets_prints_topic_partition_offset_lines() {
     let dir = tempfile::tempdir().unwrap();
@@ -933,5 +933,31 @@ fn get_offsets_prints_topic_partition_offset_lines() {
     assert_eq!(
         offsets(&["--topic", "offsets-a", "--partitions", "0", "--time", "0"]),
         "offsets-a:0:0\n"
+    );
+    // The record with the largest timestamp (ListOffsets v7): the second of three.
+    let producer: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .create()
+        .unwrap();
+    for ts in [1_000, 5_000, 3_000] {
+        let record = rdkafka::producer::BaseRecord::<(), _>::to("offsets-b")
+            .partition(0)
+            .payload("x")
+            .timestamp(ts);
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+    }
+    rdkafka::producer::Producer::flush(&producer, Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        offsets(&["--topic", "offsets-b", "--time", "-3"]),
+        "offsets-b:0:1\noffsets-b:1:\n"
+    );
+    assert_eq!(
+        offsets(&[
+            "--topic-partitions",
+            "offsets-b:0",
+            "--time",
+            "max-timestamp"
+        ]),
+        "offsets-b:0:1\n"
     );
 }

@@ -9,7 +9,7 @@ use clap::Args;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{ClusterArgs, REQUEST_TIMEOUT};
+use super::{ClusterArgs, REQUEST_TIMEOUT, runtime};
 
 /// Flags of `agent get-offsets`, as `kafka-get-offsets.sh` names them.
 #[derive(Args, Debug)]
@@ -25,8 +25,9 @@ pub struct GetOffsetsArgs {
     /// Topics and partitions: `t1:0,t2:0-2,t3` (a topic regex, then partitions or ranges).
     #[arg(long = "topic-partitions", value_name = "T:P,...")]
     topic_partitions: Option<String>,
-    /// `-1` or `latest` (the log end), `-2` or `earliest` (the log start), or a timestamp
-    /// in milliseconds (the first offset whose timestamp is at or after it).
+    /// `-1` or `latest` (the log end), `-2` or `earliest` (the log start), `-3` or
+    /// `max-timestamp` (the record with the largest timestamp), or a timestamp in
+    /// milliseconds (the first offset whose timestamp is at or after it).
     #[arg(long, default_value = "latest", allow_hyphen_values = true)]
     time: String,
     /// Leave out internal topics (names starting with `__`).
@@ -39,6 +40,8 @@ pub struct GetOffsetsArgs {
 enum Time {
     Latest,
     Earliest,
+    /// The record with the largest timestamp (ListOffsets v7, KIP-734).
+    MaxTimestamp,
     At(i64),
 }
 
@@ -46,13 +49,12 @@ fn parse_time(text: &str) -> anyhow::Result<Time> {
     Ok(match text.trim() {
         "-1" | "latest" => Time::Latest,
         "-2" | "earliest" => Time::Earliest,
-        "-3" | "max-timestamp" => {
-            bail!("--time {text}: the offset of the largest timestamp is not offered")
-        }
+        "-3" | "max-timestamp" => Time::MaxTimestamp,
         other => match other.parse::<i64>() {
             Ok(ms) if ms >= 0 => Time::At(ms),
             _ => bail!(
-                "--time `{text}`: not -1 (latest), -2 (earliest) or a timestamp in milliseconds"
+                "--time `{text}`: not -1 (latest), -2 (earliest), -3 (max-timestamp) or a \
+                 timestamp in milliseconds"
             ),
         },
     })
@@ -147,6 +149,7 @@ pub fn run(args: GetOffsetsArgs) -> anyhow::Result<()> {
                 Ok(Some(if time == Time::Latest { high } else { low }))
             })
             .collect::<anyhow::Result<_>>()?,
+        Time::MaxTimestamp => max_timestamp_offsets(&args.cluster, &metadata, &wanted)?,
         Time::At(ms) => {
             let mut list = TopicPartitionList::new();
             for (topic, p) in &wanted {
@@ -177,6 +180,104 @@ pub fn run(args: GetOffsetsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The offset of each partition's record with the largest timestamp: ListOffsets v7+ with
+/// timestamp -3 (KIP-734), sent to each partition's leader (librdkafka's binding takes no
+/// negative timestamp).
+fn max_timestamp_offsets(
+    cluster: &ClusterArgs,
+    metadata: &rdkafka::metadata::Metadata,
+    wanted: &[(String, i32)],
+) -> anyhow::Result<Vec<Option<i64>>> {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    let brokers: BTreeMap<i32, String> = metadata
+        .brokers()
+        .iter()
+        .map(|b| (b.id(), format!("{}:{}", b.host(), b.port())))
+        .collect();
+    // Leader -> topic -> partitions.
+    let mut by_leader: BTreeMap<i32, BTreeMap<&str, Vec<i32>>> = BTreeMap::new();
+    for (topic, partition) in wanted {
+        let leader = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .and_then(|t| t.partitions().iter().find(|p| p.id() == *partition))
+            .map(|p| p.leader())
+            .with_context(|| format!("{topic}:{partition} has no leader"))?;
+        by_leader
+            .entry(leader)
+            .or_default()
+            .entry(topic)
+            .or_default()
+            .push(*partition);
+    }
+    let security = cluster.wire_security()?;
+    let mut found: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    runtime()?.block_on(async {
+        let first =
+            super::wire::Connection::bootstrap(&cluster.bootstrap_server, &security).await?;
+        for (leader, topics) in &by_leader {
+            let address = brokers
+                .get(leader)
+                .with_context(|| format!("broker {leader} is not in the metadata"))?;
+            let mut connection = first.open_another(address).await?;
+            let version = connection.version::<ListOffsetsRequest>()?;
+            if version < 7 {
+                bail!(
+                    "broker {address} serves ListOffsets up to v{version}: max-timestamp needs v7"
+                );
+            }
+            let request = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(
+                    topics
+                        .iter()
+                        .map(|(topic, partitions)| {
+                            ListOffsetsTopic::default()
+                                .with_name(TopicName(StrBytes::from_string((*topic).to_owned())))
+                                .with_partitions(
+                                    partitions
+                                        .iter()
+                                        .map(|p| {
+                                            ListOffsetsPartition::default()
+                                                .with_partition_index(*p)
+                                                .with_timestamp(-3)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                );
+            let response = connection.call(version, &request).await?;
+            for topic in response.topics {
+                for p in topic.partitions {
+                    if p.error_code != 0 {
+                        bail!(
+                            "offsets of {}:{}: error code {}",
+                            topic.name.0,
+                            p.partition_index,
+                            p.error_code
+                        );
+                    }
+                    if p.offset >= 0 {
+                        found.insert((topic.name.0.to_string(), p.partition_index), p.offset);
+                    }
+                }
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(wanted
+        .iter()
+        .map(|(topic, p)| found.get(&(topic.clone(), *p)).copied())
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -191,12 +292,8 @@ mod tests {
             parse_time("1700000000000").unwrap(),
             Time::At(1_700_000_000_000)
         );
-        assert!(
-            parse_time("-3")
-                .unwrap_err()
-                .to_string()
-                .contains("largest timestamp")
-        );
+        assert_eq!(parse_time("-3").unwrap(), Time::MaxTimestamp);
+        assert_eq!(parse_time("max-timestamp").unwrap(), Time::MaxTimestamp);
         assert!(parse_time("soon").is_err());
         let parsed = parse_topic_partitions("logs:0-2,metrics.*:5,all,open:3-").unwrap();
         assert_eq!(parsed.len(), 4);

@@ -763,6 +763,15 @@ impl PartitionLog {
         Ok(Some(Read::Empty))
     }
 
+    /// The largest timestamp of any record (by the batches' max timestamps); `None` when empty.
+    pub(crate) fn max_timestamp(&self) -> Option<i64> {
+        self.segments
+            .iter()
+            .filter(|s| s.size() > 0)
+            .map(Segment::max_timestamp)
+            .max()
+    }
+
     /// The earliest record whose timestamp is at or after `timestamp`.
     pub(crate) fn offset_for_timestamp(
         &self,
