@@ -10,8 +10,9 @@
 //!   exactly-once. A checkpoint must fit Kafka's `offset.metadata.max.bytes` (4096 by
 //!   default): larger ones are refused with an error (use a file channel).
 //! - **take**: a consumer in `group_id` reads the topic at read_committed; the take's commit
-//!   commits the offsets after its events to the group, a rollback seeks back to its first
-//!   event. Sequence numbers are the records' offsets when the topic has one partition (the
+//!   commits the offsets after its events to the group (the consumer's position, past the
+//!   transaction markers read after them; an empty take commits a position moved by a marker
+//!   alone), a rollback seeks back to its first event. Sequence numbers are the records' offsets when the topic has one partition (the
 //!   default when the channel creates it), so exactly-once sinks work behind it; with more
 //!   partitions takes carry none.
 //! - **parse_as_flume_event** (default `true`): Flume headers travel as Kafka record headers;

@@ -12,6 +12,11 @@
 //! and synchronously for partitions being revoked), which keeps `agent groups` lag true and
 //! makes hand-overs exact when the previous owner stopped cleanly.
 //!
+//! Transaction markers: the next offset of a partition is librdkafka's position (past the
+//! control records after the last record read, as Kafka's consumer commits) when every record
+//! before it is in the batch or an earlier one, so a fully read transactional topic has lag 0;
+//! a marker read after the last batch moves the checkpoint in a batch without events.
+//!
 //! Rebalances: records of a batch still being gathered are dropped when their partition is
 //! revoked (its new owner reads them), so a batch never carries records of a partition this
 //! consumer no longer owns.
