@@ -10,8 +10,9 @@
 //!   exactly-once. A checkpoint must fit Kafka's `offset.metadata.max.bytes` (4096 by
 //!   default): larger ones are refused with an error (use a file channel).
 //! - **take**: a consumer in `group_id` reads the topic at read_committed; the take's commit
-//!   commits the offsets after its events to the group, a rollback seeks back to its first
-//!   event. Sequence numbers are the records' offsets when the topic has one partition (the
+//!   commits the offsets after its events to the group (the consumer's position, past the
+//!   transaction markers read after them; an empty take commits a position moved by a marker
+//!   alone), a rollback seeks back to its first event. Sequence numbers are the records' offsets when the topic has one partition (the
 //!   default when the channel creates it), so exactly-once sinks work behind it; with more
 //!   partitions takes carry none.
 //! - **parse_as_flume_event** (default `true`): Flume headers travel as Kafka record headers;
@@ -116,6 +117,8 @@ pub struct KafkaChannel {
     producer: Mutex<Option<TransactionalProducer>>,
     /// The consumer, held by the open take.
     consumer: Arc<Mutex<Option<StreamConsumer<TokenContext>>>>,
+    /// The offsets the takes committed last, per partition.
+    committed: Arc<std::sync::Mutex<BTreeMap<i32, i64>>>,
     /// Prefix of the groups holding sources' checkpoints.
     checkpoint_prefix: String,
     /// A consumer of each source's checkpoint group, for its group metadata.
@@ -178,6 +181,7 @@ impl KafkaChannel {
             consumer_config,
             producer: Mutex::new(None),
             consumer: Arc::new(Mutex::new(None)),
+            committed: Arc::default(),
             checkpoint_prefix: format!("{prefix}-"),
             checkpoint_groups: std::sync::Mutex::new(BTreeMap::new()),
             one_partition: std::sync::atomic::AtomicBool::new(one_partition),
@@ -435,6 +439,14 @@ impl Channel for KafkaChannel {
                 deadline = tokio::time::Instant::now() + self.config.poll_timeout;
             }
         }
+        // Every record read is in this take or a committed one (a rolled back take seeks back,
+        // which resets the position): the position, past the transaction markers after the
+        // last record, is what the take's commit may commit, as Kafka's consumer does.
+        let positions = positions(consumer, &self.config.topic);
+        if events.is_empty() {
+            // A marker read after the last take moved the position alone.
+            self.commit_positions(consumer, &positions);
+        }
         let one_partition = self
             .one_partition
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -447,6 +459,8 @@ impl Channel for KafkaChannel {
             topic: self.config.topic.clone(),
             events,
             offsets,
+            positions,
+            committed: Arc::clone(&self.committed),
             sequences,
             guard,
         }))
@@ -485,7 +499,62 @@ impl Channel for KafkaChannel {
     }
 }
 
+/// The consumer's position in each partition of `topic` that has one: after the last record
+/// read and after the control records (transaction markers) that follow it.
+fn positions(consumer: &StreamConsumer<TokenContext>, topic: &str) -> BTreeMap<i32, i64> {
+    let Ok(list) = consumer.position() else {
+        return BTreeMap::new();
+    };
+    list.elements()
+        .iter()
+        .filter(|e| e.topic() == topic)
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(n) if n >= 0 => Some((e.partition(), n)),
+            _ => None,
+        })
+        .collect()
+}
+
 impl KafkaChannel {
+    /// Commits the positions that moved past what the takes committed (transaction markers
+    /// read after the last take); a failure is retried by the next empty take.
+    fn commit_positions(
+        &self,
+        consumer: &StreamConsumer<TokenContext>,
+        positions: &BTreeMap<i32, i64>,
+    ) {
+        let moved: Vec<(i32, i64)> = {
+            let committed = self.committed.lock().unwrap_or_else(|e| e.into_inner());
+            positions
+                .iter()
+                .filter(|(p, o)| committed.get(p).is_none_or(|c| c < o))
+                .map(|(p, o)| (*p, *o))
+                .collect()
+        };
+        if moved.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (partition, offset) in &moved {
+            if let Err(e) =
+                tpl.add_partition_offset(&self.config.topic, *partition, Offset::Offset(*offset))
+            {
+                tracing::warn!(channel = %self.name, error = %e, "cannot commit the consumer's position");
+                return;
+            }
+        }
+        match ferry_core::blocking(|| consumer.commit(&tpl, CommitMode::Sync)) {
+            Ok(()) => self
+                .committed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(moved),
+            Err(e) => {
+                tracing::debug!(channel = %self.name, error = %e, "cannot commit the consumer's position past transaction markers yet")
+            }
+        }
+    }
+
     fn read_checkpoint(&self, source: &str) -> Result<Option<Checkpoint>, ChannelError> {
         let metadata = self
             .checkpoint_consumer(source)?
@@ -510,6 +579,10 @@ struct KafkaTake {
     events: Vec<Event>,
     /// (partition, offset) per event.
     offsets: Vec<(i32, i64)>,
+    /// The consumer's position per partition when the take ended.
+    positions: BTreeMap<i32, i64>,
+    /// The channel's record of the offsets committed last.
+    committed: Arc<std::sync::Mutex<BTreeMap<i32, i64>>>,
     sequences: Option<Vec<u64>>,
     guard: Option<OwnedMutexGuard<Option<StreamConsumer<TokenContext>>>>,
 }
@@ -552,13 +625,25 @@ impl TakeTransaction for KafkaTake {
             return Ok(());
         };
         let mut tpl = TopicPartitionList::new();
+        let mut next = Vec::new();
         for (partition, (_, last)) in self.ranges() {
-            tpl.add_partition_offset(&self.topic, partition, Offset::Offset(last + 1))
+            // Past the markers after the take's last record, when the consumer read them.
+            let offset = self
+                .positions
+                .get(&partition)
+                .map_or(last + 1, |p| (*p).max(last + 1));
+            tpl.add_partition_offset(&self.topic, partition, Offset::Offset(offset))
                 .map_err(|e| self.error("committing a take", e))?;
+            next.push((partition, offset));
         }
         // Blocking calls: the bundled broker may run on the same async runtime.
         ferry_core::blocking(|| consumer.commit(&tpl, CommitMode::Sync))
-            .map_err(|e| self.error("committing a take", e))
+            .map_err(|e| self.error("committing a take", e))?;
+        self.committed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(next);
+        Ok(())
     }
 
     async fn rollback(mut self: Box<Self>) -> Result<(), ChannelError> {
@@ -682,6 +767,84 @@ mod tests {
             (15..25).map(|i| format!("e{i}")).collect::<Vec<_>>()
         );
         take.commit().await.unwrap();
+        broker.shutdown().await;
+    }
+
+    /// Per partition of `topic`: (the group `flume`'s committed offset, the end offset).
+    fn lag(bootstrap: &str, topic: &str, partitions: i32) -> Vec<(i64, i64)> {
+        let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "flume")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        let committed = consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .unwrap();
+        (0..partitions)
+            .map(|p| {
+                let group = committed
+                    .find_partition(topic, p)
+                    .and_then(|e| e.offset().to_raw())
+                    .unwrap_or(-1);
+                let (_, end) = consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(10))
+                    .unwrap();
+                (group, end)
+            })
+            .collect()
+    }
+
+    /// Every put is a transaction, ended by a marker that takes an offset: the takes' commits
+    /// step over the markers (the last one read by an empty take), so the lag ends at 0.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn takes_commit_past_transaction_markers_so_the_lag_ends_at_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, bootstrap) = crate::test_support::start_broker(dir.path(), 2).await;
+        let yaml = format!("bootstrap_servers: {bootstrap}\ntopic: ch2\npartitions: 2");
+        let channel = KafkaChannel::build(&config(&yaml)).unwrap();
+        channel.start().await.unwrap();
+        for t in 0..3 {
+            channel
+                .put(batch(t * 10, t * 10 + 10, &format!("pos={t}")))
+                .await
+                .unwrap();
+        }
+        let take = take_bodies(&channel, 30).await;
+        let mut got = bodies(&*take);
+        got.sort();
+        let mut expected: Vec<String> = (0..30).map(|i| format!("e{i}")).collect();
+        expected.sort();
+        assert_eq!(got, expected);
+        take.commit().await.unwrap();
+        let mut last = Vec::new();
+        for _ in 0..50 {
+            // An empty take reads what follows the last record: the last marker.
+            let take = channel.take(10, Duration::from_millis(200)).await.unwrap();
+            assert!(take.events().is_empty());
+            take.commit().await.unwrap();
+            let b = bootstrap.clone();
+            last = tokio::task::spawn_blocking(move || lag(&b, "ch2", 2))
+                .await
+                .unwrap();
+            if last.iter().all(|(group, end)| *end == 0 || group == end) {
+                break;
+            }
+        }
+        assert!(last.iter().any(|(_, end)| *end > 0), "{last:?}");
+        assert!(
+            last.iter().all(|(group, end)| *end == 0 || group == end),
+            "{last:?}"
+        );
+        // A restart finds nothing left.
+        drop(channel);
+        let channel = KafkaChannel::build(&config(&yaml)).unwrap();
+        channel.start().await.unwrap();
+        let take = channel.take(10, Duration::from_secs(2)).await.unwrap();
+        assert!(take.events().is_empty());
         broker.shutdown().await;
     }
 }

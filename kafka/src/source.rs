@@ -12,6 +12,11 @@
 //! and synchronously for partitions being revoked), which keeps `agent groups` lag true and
 //! makes hand-overs exact when the previous owner stopped cleanly.
 //!
+//! Transaction markers: the next offset of a partition is librdkafka's position (past the
+//! control records after the last record read, as Kafka's consumer commits) when every record
+//! before it is in the batch or an earlier one, so a fully read transactional topic has lag 0;
+//! a marker read after the last batch moves the checkpoint in a batch without events.
+//!
 //! Rebalances: records of a batch still being gathered are dropped when their partition is
 //! revoked (its new owner reads them), so a batch never carries records of a partition this
 //! consumer no longer owns.
@@ -134,6 +139,10 @@ struct Shared {
     /// Partitions owned now, each with the number of the assignment that gave it.
     assigned: HashMap<Tp, u64>,
     assignments: u64,
+    /// Partitions this consumer was ever revoked from: until a record of the current
+    /// assignment is read, librdkafka's position of such a partition might still be that of
+    /// the assignment before, past records dropped from a batch.
+    revoked: std::collections::HashSet<Tp>,
 }
 
 struct RebalanceContext {
@@ -284,9 +293,9 @@ impl ConsumerContext for RebalanceContext {
                 {
                     let mut shared = self.shared();
                     for e in tpl.elements() {
-                        shared
-                            .assigned
-                            .remove(&(e.topic().to_owned(), e.partition()));
+                        let tp = (e.topic().to_owned(), e.partition());
+                        shared.assigned.remove(&tp);
+                        shared.revoked.insert(tp);
                     }
                     // The batch being gathered drops the revoked partitions' records (checked
                     // after every `recv`).
@@ -301,7 +310,10 @@ impl ConsumerContext for RebalanceContext {
             }
             other => {
                 tracing::error!(source = %self.source, error = ?other, "rebalance failed");
-                self.shared().assigned.clear();
+                let mut shared = self.shared();
+                let owned: Vec<Tp> = shared.assigned.drain().map(|(tp, _)| tp).collect();
+                shared.revoked.extend(owned);
+                drop(shared);
                 consumer.unassign()
             }
         };
@@ -309,6 +321,34 @@ impl ConsumerContext for RebalanceContext {
             tracing::error!(source = %self.source, error = %e, "cannot apply a rebalance");
         }
     }
+}
+
+/// librdkafka's position of each owned partition whose records before it were all read by
+/// this source under its current assignment (`read`: the assignment of the last record read
+/// per partition) or, for a partition never revoked, by this consumer since it started: the
+/// offset after the last record read and after the control records (transaction markers)
+/// that follow it. Other partitions are left out.
+fn positions<C: ConsumerContext>(
+    consumer: &impl Consumer<C>,
+    shared: &Mutex<Shared>,
+    read: &HashMap<Tp, u64>,
+) -> Vec<(Tp, i64)> {
+    let Ok(list) = consumer.position() else {
+        return Vec::new();
+    };
+    let shared = shared.lock().unwrap_or_else(|e| e.into_inner());
+    list.elements()
+        .iter()
+        .filter_map(|e| {
+            let Offset::Offset(position) = e.offset() else {
+                return None;
+            };
+            let tp = (e.topic().to_owned(), e.partition());
+            let assignment = shared.assigned.get(&tp)?;
+            let trusted = read.get(&tp) == Some(assignment) || !shared.revoked.contains(&tp);
+            (trusted && position >= 0).then_some((tp, position))
+        })
+        .collect()
 }
 
 /// The Kafka source.
@@ -464,6 +504,8 @@ impl Source for KafkaSource {
         let shutdown = ctx.shutdown().clone();
         let mut pending: Vec<Pending> = Vec::with_capacity(self.config.batch_size);
         let mut assignments_seen = 0u64;
+        // Per partition, the assignment under which a record was last read.
+        let mut read: HashMap<Tp, u64> = HashMap::new();
         while !shutdown.is_triggered() {
             let deadline = tokio::time::Instant::now() + self.config.batch_duration;
             while pending.len() < self.config.batch_size {
@@ -492,6 +534,7 @@ impl Source for KafkaSource {
                 match received {
                     Ok(message) => {
                         if let Some((tp, assignment)) = owner {
+                            read.insert(tp.clone(), assignment);
                             pending.push(Pending {
                                 tp,
                                 assignment,
@@ -507,18 +550,31 @@ impl Source for KafkaSource {
                     }
                 }
             }
-            if pending.is_empty() {
-                continue;
-            }
+            // Where librdkafka's position stands: past the last record read and past the
+            // control records (transaction markers) after it, as Kafka's consumer commits.
+            let positions = positions(&consumer, &shared, &read);
             let mut offsets = shared
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .sent
                 .clone();
+            let before = offsets.clone();
             for p in &pending {
                 let next = offsets.entry(p.tp.clone()).or_insert(0);
                 *next = (*next).max(p.offset + 1);
             }
+            // Every record of these partitions before their position is in this batch or an
+            // earlier one (the batch holds every record read since), so the checkpoint may
+            // step over the markers.
+            for (tp, position) in positions {
+                let next = offsets.entry(tp).or_insert(0);
+                *next = (*next).max(position);
+            }
+            if pending.is_empty() && offsets == before {
+                continue;
+            }
+            // Without records (a marker read after the last batch), the batch carries only
+            // the checkpoint.
             let events: Vec<Event> = pending.drain(..).map(|p| p.event).collect();
             ctx.send(events, Some(encode_offsets(&offsets))).await?;
             shared.lock().unwrap_or_else(|e| e.into_inner()).sent = offsets;
@@ -734,6 +790,165 @@ mod tests {
         assert_eq!(store.load("kafka-in").unwrap(), None);
         let committed = group_offsets(&bootstrap);
         assert!(committed.values().all(|o| *o < 0), "{committed:?}");
+        broker.shutdown().await;
+    }
+
+    /// A transactional producer of topic `txn` (2 partitions), records alternating between
+    /// them.
+    fn transactional_producer(bootstrap: &str) -> rdkafka::producer::BaseProducer {
+        use rdkafka::producer::Producer;
+        let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("transactional.id", "txn-writer")
+            .create()
+            .unwrap();
+        producer.init_transactions(Duration::from_secs(30)).unwrap();
+        producer
+    }
+
+    /// Writes records `from..to` in one transaction, committed when `commit`.
+    fn write_transaction(
+        producer: &rdkafka::producer::BaseProducer,
+        from: usize,
+        to: usize,
+        commit: bool,
+    ) {
+        use rdkafka::producer::{BaseRecord, Producer};
+        producer.begin_transaction().unwrap();
+        for i in from..to {
+            let body = format!("record-{i}");
+            producer
+                .send(
+                    BaseRecord::<(), _>::to("txn")
+                        .payload(&body)
+                        .partition((i % 2) as i32),
+                )
+                .unwrap();
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+        if commit {
+            producer
+                .commit_transaction(Duration::from_secs(30))
+                .unwrap();
+        }
+    }
+
+    /// Per partition of `txn`: (the group `g`'s committed offset, the end offset).
+    fn txn_lag(bootstrap: &str) -> Vec<(i64, i64)> {
+        let consumer = group_g(bootstrap);
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..2 {
+            tpl.add_partition("txn", p);
+        }
+        let committed = consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .unwrap();
+        (0..2)
+            .map(|p| {
+                let group = committed
+                    .find_partition("txn", p)
+                    .and_then(|e| e.offset().to_raw())
+                    .unwrap_or(-1);
+                let (_, end) = consumer
+                    .fetch_watermarks("txn", p, Duration::from_secs(10))
+                    .unwrap();
+                (group, end)
+            })
+            .collect()
+    }
+
+    /// Waits (at most 20 s) until the group's committed offsets of `txn` are its end offsets.
+    async fn wait_for_lag_zero(bootstrap: &str) -> Vec<(i64, i64)> {
+        let mut lag = Vec::new();
+        for _ in 0..100 {
+            let b = bootstrap.to_owned();
+            lag = tokio::task::spawn_blocking(move || txn_lag(&b))
+                .await
+                .unwrap();
+            if lag.iter().all(|(group, end)| group == end) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        lag
+    }
+
+    /// On a transactional topic every transaction ends with a marker taking an offset: the
+    /// checkpoint and the group's offsets step over it as Kafka's consumer does (lag 0), both
+    /// when the marker comes with the records and when it comes after they were put.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn transaction_markers_are_stepped_over_so_the_lag_ends_at_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, bootstrap) = crate::test_support::start_broker(dir.path(), 2).await;
+        let b = bootstrap.clone();
+        let producer = tokio::task::spawn_blocking(move || {
+            let producer = transactional_producer(&b);
+            for t in 0..3 {
+                write_transaction(&producer, t * 10, t * 10 + 10, true);
+            }
+            producer
+        })
+        .await
+        .unwrap();
+
+        let channel = TestChannel::new(100_000, 1000);
+        let store = Arc::new(MemoryCheckpointStore::default());
+        let run = |isolation: &str| {
+            let (ctx, shutdown) = context_with(&channel, "kafka-in", store.clone());
+            let source = KafkaSource::build(&config(
+                "kafka",
+                &format!(
+                    "bootstrap_servers: {bootstrap}\ntopics: [txn]\ngroup_id: g\nbatch_size: 50\nbatch_duration: 100ms\nisolation_level: {isolation}"
+                ),
+            ))
+            .unwrap();
+            (tokio::spawn(Box::new(source).run(ctx)), shutdown)
+        };
+
+        // The markers come with the records (read_committed sees a transaction once ended).
+        let (task, shutdown) = run("read_committed");
+        channel.wait_for(30).await;
+        let lag = wait_for_lag_zero(&bootstrap).await;
+        // 15 records and 3 markers per partition.
+        assert_eq!(lag, vec![(18, 18), (18, 18)]);
+        let offsets = decode_offsets(&channel.checkpoint().unwrap()).unwrap();
+        assert_eq!(offsets.values().copied().collect::<Vec<_>>(), vec![18, 18]);
+        shutdown.trigger();
+        task.await.unwrap().unwrap();
+        let mut bodies = channel.bodies();
+        bodies.sort();
+        let mut expected: Vec<String> = (0..30).map(|i| format!("record-{i}")).collect();
+        expected.sort();
+        assert_eq!(bodies, expected);
+
+        // read_uncommitted sees the records before their transaction ends: they are put, then
+        // the marker alone moves the checkpoint. A restart resumes after it, repeating nothing.
+        let (task, shutdown) = run("read_uncommitted");
+        let producer = tokio::task::spawn_blocking(move || {
+            write_transaction(&producer, 30, 34, false);
+            producer
+        })
+        .await
+        .unwrap();
+        channel.wait_for(34).await;
+        let offsets = decode_offsets(&channel.checkpoint().unwrap()).unwrap();
+        assert_eq!(offsets.values().copied().collect::<Vec<_>>(), vec![20, 20]);
+        tokio::task::spawn_blocking(move || {
+            use rdkafka::producer::Producer;
+            producer
+                .commit_transaction(Duration::from_secs(30))
+                .unwrap();
+        })
+        .await
+        .unwrap();
+        let lag = wait_for_lag_zero(&bootstrap).await;
+        assert_eq!(lag, vec![(21, 21), (21, 21)]);
+        let offsets = decode_offsets(&channel.checkpoint().unwrap()).unwrap();
+        assert_eq!(offsets.values().copied().collect::<Vec<_>>(), vec![21, 21]);
+        shutdown.trigger();
+        task.await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(channel.events().len(), 34);
         broker.shutdown().await;
     }
 
