@@ -236,15 +236,19 @@ impl PartitionLog {
             remove_dir(&cleaning)?;
             return Ok(false);
         }
+        // Written whole under another name, then renamed: a start finds it complete or not
+        // at all.
         let ready = cleaning.join(READY_FILE);
+        let tmp = ready.with_extension("tmp");
         let mut text = String::new();
         for output in &cleaned.outputs {
             text.push_str(&format!("{} {}\n", output.base, output.end));
         }
-        let mut file = File::create(&ready).map_err(io_err(&ready, "create"))?;
+        let mut file = File::create(&tmp).map_err(io_err(&tmp, "create"))?;
         file.write_all(text.as_bytes())
-            .map_err(io_err(&ready, "write"))?;
-        file.sync_all().map_err(io_err(&ready, "fsync"))?;
+            .map_err(io_err(&tmp, "write"))?;
+        file.sync_all().map_err(io_err(&tmp, "fsync"))?;
+        fs::rename(&tmp, &ready).map_err(io_err(&ready, "rename into place"))?;
         sync_dir(&cleaning)?;
         swap(&self.dir, &cleaned.outputs)?;
         // The replaced segments' files are gone; their open handles go with them.
@@ -597,18 +601,33 @@ pub(crate) fn recover(dir: &Path, name: &str) -> Result<(), StorageError> {
         return Ok(());
     }
     let ready = cleaning.join(READY_FILE);
-    let outputs: Option<Vec<Output>> = fs::read_to_string(&ready).ok().and_then(|text| {
+    let text = match fs::read_to_string(&ready) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err(&ready, "read")(e)),
+    };
+    let outputs = text.map(|text| {
         text.lines()
             .map(|line| {
                 let (base, end) = line.split_once(' ')?;
-                Some(Output {
+                let output = Output {
                     base: base.parse().ok()?,
                     end: end.parse().ok()?,
-                })
+                };
+                (output.base < output.end).then_some(output)
             })
-            .collect()
+            .collect::<Option<Vec<Output>>>()
+            .ok_or_else(|| {
+                // Written whole and renamed into place, it can only be damaged from outside:
+                // nothing is touched, and the partition does not open.
+                io_err(&ready, "read")(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "not lines of `base end` offsets; a compaction swap was decided but its \
+                     segments are not known: look at the directory before removing cleaning/",
+                ))
+            })
     });
-    match outputs {
+    match outputs.transpose()? {
         Some(outputs) => {
             tracing::info!(partition = %name, segments = outputs.len(), "finishing the swap of cleaned segments a stop interrupted");
             swap(dir, &outputs)
@@ -1064,6 +1083,26 @@ mod tests {
             assert_eq!(records(&mut log), after, "step {step}");
             assert!(!cleaning.exists());
         }
+    }
+
+    /// A `ready` file damaged from outside is refused with its path, and nothing is touched.
+    #[test]
+    fn a_damaged_ready_file_is_refused_and_nothing_is_touched() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path(), 300);
+        updates(&mut log, "k", "v", 40, NOW);
+        let before = records(&mut log);
+        drop(log);
+        let cleaning = dir.path().join(CLEANING_DIR);
+        fs::create_dir(&cleaning).unwrap();
+        fs::write(cleaning.join(READY_FILE), "0 12\n40 3").unwrap();
+        let Err(e) = PartitionLog::open(dir.path(), "t-0".into(), config(300), false) else {
+            panic!("a damaged ready file opens");
+        };
+        assert!(e.to_string().contains("cleaning/ready"), "{e}");
+        fs::remove_dir_all(&cleaning).unwrap();
+        let mut log = open(dir.path(), 300);
+        assert_eq!(records(&mut log), before);
     }
 
     /// A pass stopped by shutdown leaves the log as it was.
