@@ -8,7 +8,7 @@
 
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -24,25 +24,14 @@ mod harness;
 
 use harness::{Agent, free_port, wait_until};
 
+use harness::agent_ok as ok;
+
 fn agent(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(args)
-        .output()
-        .unwrap()
+    harness::agent_output(args, None)
 }
 
 fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = agent(args);
-    assert!(
-        out.status.success(),
-        "agent {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout(&out)
 }
 
 /// Runs `agent delete-records` on an offset file holding `json`.

@@ -96,6 +96,38 @@ pub fn python() -> Option<String> {
     python
 }
 
+/// Runs `agent ARGS` to its end, its standard input `stdin` (none when `None`); its exit
+/// status and output.
+pub fn agent_output(args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Runs `agent ARGS`, expects exit status 0 and gives its standard output.
+pub fn agent_ok(args: &[&str]) -> String {
+    let out = agent_output(args, None);
+    assert!(
+        out.status.success(),
+        "agent {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// A running `agent run` process.
 pub struct Agent {
     child: Child,

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -13,36 +13,9 @@ use nix::sys::signal::Signal;
 #[path = "harness.rs"]
 mod harness;
 
-/// Runs the agent with `args` (and `stdin`), whatever its exit status.
-fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input).unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-/// Runs the agent and expects exit status 0; gives its standard output.
-fn ok(args: &[&str]) -> String {
-    let out = run(args, None);
-    assert!(
-        out.status.success(),
-        "agent {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+// `run`: the agent with `args` (and `stdin`), whatever its exit status; `ok`: exit status 0
+// expected, its standard output.
+use harness::{agent_ok as ok, agent_output as run};
 
 fn topics(bootstrap: &str, args: &[&str]) -> Vec<String> {
     let mut all = vec![

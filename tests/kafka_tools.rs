@@ -14,22 +14,9 @@ mod harness;
 
 use harness::{Agent, free_port, wait_until};
 
+/// Runs the agent and expects exit status 0.
 fn agent(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = harness::agent_output(args, stdin);
     assert!(
         out.status.success(),
         "agent {args:?} failed: {}",

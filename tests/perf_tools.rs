@@ -3,29 +3,16 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 #[path = "harness.rs"]
 mod harness;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use harness::agent_ok as ok;
 
-/// Runs the agent, expects exit status 0 and gives its standard output.
-fn ok(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "agent {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+fn run(args: &[&str]) -> Output {
+    harness::agent_output(args, None)
 }
 
 /// Runs the agent, expects it to fail, and gives its standard error.
