@@ -145,6 +145,31 @@ async fn range_assigned_members_are_described_with_epochs_and_listed_as_consumer
         join.error_code,
         kafka_protocol::ResponseError::InconsistentGroupProtocol.code()
     );
+
+    // The broker's stats (and so /metrics and the web console) show it with its members and
+    // the partitions each owns.
+    let stats = broker.observer().stats();
+    let group = stats
+        .groups
+        .iter()
+        .find(|g| g.group == "ranged-group")
+        .expect("the consumer group is in the stats");
+    assert_eq!(
+        (group.protocol_type.as_str(), group.protocol.as_str()),
+        ("consumer", "range")
+    );
+    assert_eq!(group.members.len(), 2);
+    let mut owned: Vec<i32> = group
+        .members
+        .iter()
+        .flat_map(|m| m.assignment.iter())
+        .map(|tp| {
+            assert_eq!(tp.topic, "ranged");
+            tp.partition
+        })
+        .collect();
+    owned.sort();
+    assert_eq!(owned, vec![0, 1, 2, 3, 4]);
     drop((a, c));
     broker.shutdown().await;
 }

@@ -433,7 +433,28 @@ impl BrokerObserver {
 
     fn groups(&self, high_watermarks: &BTreeMap<(&str, i32), i64>) -> Vec<GroupStats> {
         let mut committed = self.ctx.topics.catalog().committed_offsets();
-        self.ctx
+        let mut lag_of = |group: &str| -> Vec<PartitionLag> {
+            committed
+                .remove(group)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|((topic, partition), committed_offset)| {
+                    let high_watermark = high_watermarks
+                        .get(&(topic.as_str(), partition))
+                        .copied()
+                        .unwrap_or(committed_offset);
+                    PartitionLag {
+                        lag: (high_watermark - committed_offset).max(0),
+                        topic,
+                        partition,
+                        committed_offset,
+                        high_watermark,
+                    }
+                })
+                .collect()
+        };
+        let mut out: Vec<GroupStats> = self
+            .ctx
             .groups
             .list()
             .into_iter()
@@ -457,24 +478,7 @@ impl BrokerObserver {
                     })
                     .collect();
                 members.sort_by(|a, b| a.member_id.cmp(&b.member_id));
-                let offsets = committed
-                    .remove(&group)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|((topic, partition), committed_offset)| {
-                        let high_watermark = high_watermarks
-                            .get(&(topic.as_str(), partition))
-                            .copied()
-                            .unwrap_or(committed_offset);
-                        PartitionLag {
-                            lag: (high_watermark - committed_offset).max(0),
-                            topic,
-                            partition,
-                            committed_offset,
-                            high_watermark,
-                        }
-                    })
-                    .collect();
+                let offsets = lag_of(&group);
                 GroupStats {
                     group,
                     state: state.name().to_owned(),
@@ -484,7 +488,51 @@ impl BrokerObserver {
                     offsets,
                 }
             })
-            .collect()
+            .collect();
+        // Consumer-protocol (KIP-848) groups: their members own partitions by topic id.
+        let names: std::collections::HashMap<uuid::Uuid, String> = self
+            .ctx
+            .topics
+            .all()
+            .iter()
+            .map(|t| (t.id, t.name.clone()))
+            .collect();
+        for (group, state) in self.ctx.groups.list_consumer() {
+            let described = self.ctx.groups.with_consumer_group(&group, |g| {
+                let members: Vec<MemberStats> = g
+                    .members
+                    .values()
+                    .map(|m| MemberStats {
+                        member_id: m.id.clone(),
+                        client_id: m.client_id.clone(),
+                        client_host: m.client_host.clone(),
+                        assignment: m
+                            .assigned
+                            .iter()
+                            .filter_map(|(id, partition)| {
+                                Some(TopicPartition {
+                                    topic: names.get(id)?.clone(),
+                                    partition: *partition,
+                                })
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                (members, g.assignor().to_owned())
+            });
+            let (members, assignor) = described.unwrap_or_default();
+            let offsets = lag_of(&group);
+            out.push(GroupStats {
+                group,
+                state: state.to_owned(),
+                protocol_type: "consumer".to_owned(),
+                protocol: assignor,
+                members,
+                offsets,
+            });
+        }
+        out.sort_by(|a, b| a.group.cmp(&b.group));
+        out
     }
 
     fn transactions(&self) -> Vec<TransactionStats> {
