@@ -2,8 +2,7 @@
 //! console tools do.
 
 use std::io::{BufRead, Write};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -222,12 +221,9 @@ pub struct ProducerArgs {
     sync: bool,
 }
 
-/// Counts deliveries and keeps the first failure.
+/// Counts failed deliveries and keeps the first failure.
 #[derive(Default)]
-struct Deliveries {
-    failed: AtomicUsize,
-    first_error: Mutex<Option<String>>,
-}
+struct Deliveries(super::DeliveryFailures);
 
 impl ClientContext for Deliveries {}
 
@@ -235,9 +231,7 @@ impl ProducerContext for Deliveries {
     type DeliveryOpaque = ();
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         if let Err((error, _)) = result {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-            let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
-            first.get_or_insert_with(|| error.to_string());
+            self.0.record(error);
         }
     }
 }
@@ -264,14 +258,7 @@ pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
         .context("waiting for the last records to be acknowledged");
     sent?;
     flushed?;
-    let context = producer.context();
-    let failed = context.failed.load(Ordering::Relaxed);
-    if failed > 0 {
-        let first = context
-            .first_error
-            .lock()
-            .map(|e| e.clone().unwrap_or_default())
-            .unwrap_or_default();
+    if let Some((failed, first)) = producer.context().0.summary() {
         bail!("{failed} records were not delivered; first error: {first}");
     }
     Ok(())

@@ -33,6 +33,30 @@ mod wire;
 /// How long a tool waits for the cluster to answer one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A producer tool's failed deliveries: how many, and the first error.
+#[derive(Default)]
+struct DeliveryFailures {
+    count: std::sync::atomic::AtomicU64,
+    first: std::sync::Mutex<Option<String>>,
+}
+
+impl DeliveryFailures {
+    /// Counts a failed delivery, keeping its error if it is the first.
+    fn record(&self, error: &rdkafka::error::KafkaError) {
+        self.count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut first = self.first.lock().unwrap_or_else(|e| e.into_inner());
+        first.get_or_insert_with(|| error.to_string());
+    }
+
+    /// The number of failed deliveries and the first error, when there were any.
+    fn summary(&self) -> Option<(u64, String)> {
+        let count = self.count.load(std::sync::atomic::Ordering::Relaxed);
+        let first = self.first.lock().map(|e| e.clone().unwrap_or_default());
+        (count > 0).then(|| (count, first.unwrap_or_default()))
+    }
+}
+
 /// Where a tool connects, and how: Kafka's `--bootstrap-server` and `--command-config`.
 #[derive(Args, Debug)]
 pub struct ClusterArgs {

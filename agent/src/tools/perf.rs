@@ -442,8 +442,7 @@ fn millis(d: Duration) -> u64 {
 /// statistics.
 struct PerfProducer {
     stats: Mutex<Stats>,
-    failed: AtomicU64,
-    first_error: Mutex<Option<String>>,
+    failures: super::DeliveryFailures,
     metrics: Metrics,
 }
 
@@ -465,11 +464,7 @@ impl ProducerContext for PerfProducer {
                 stats.record(latency, sent.bytes, now);
             }
             // As Kafka's: a failed record is not counted as sent.
-            Err((error, _)) => {
-                self.failed.fetch_add(1, Ordering::Relaxed);
-                let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
-                first.get_or_insert_with(|| error.to_string());
-            }
+            Err((error, _)) => self.failures.record(error),
         }
     }
 }
@@ -686,8 +681,7 @@ pub fn produce(args: ProducerPerfArgs) -> anyhow::Result<()> {
     let producer: BaseProducer<PerfProducer> = config
         .create_with_context(PerfProducer {
             stats: Mutex::new(Stats::new(num_records, Instant::now())),
-            failed: AtomicU64::new(0),
-            first_error: Mutex::new(None),
+            failures: Default::default(),
             metrics: Metrics::default(),
         })
         .context("creating the producer (check --producer-props and --producer.config)")?;
@@ -728,13 +722,7 @@ pub fn produce(args: ProducerPerfArgs) -> anyhow::Result<()> {
         });
         print_metrics(&mut out, statistics)?;
     }
-    let failed = context.failed.load(Ordering::Relaxed);
-    if failed > 0 {
-        let first = context
-            .first_error
-            .lock()
-            .map(|e| e.clone().unwrap_or_default())
-            .unwrap_or_default();
+    if let Some((failed, first)) = context.failures.summary() {
         bail!(
             "{failed} of {num_records} records were not delivered to {}; first error: {first}",
             args.topic
