@@ -128,10 +128,19 @@ fn group_member_child_process() {
                 ),
                 Event::Consumed(p, o, k) => format!("CONSUMED {p} {o} {k}"),
             };
-            writeln!(out, "{line}").unwrap();
+            // When it happened, for the parent's timeline.
+            writeln!(out, "{line} @{}", now_ms()).unwrap();
             out.flush().unwrap();
         },
     );
+}
+
+/// Milliseconds since the epoch: the one clock of the parent and the child.
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
 }
 
 /// What the test knows of the three members.
@@ -140,14 +149,44 @@ struct Observed {
     assignments: [Vec<i32>; 3],
     /// (member, partition, offset, key)
     consumed: Vec<(usize, i32, i64, String)>,
+    /// Every assignment, record processed (with its partition) and step of the test, with its
+    /// time, to show when a check fails.
+    timeline: Vec<(u128, Option<i32>, String)>,
 }
 
 impl Observed {
     fn apply(&mut self, member: usize, event: Event) {
+        self.apply_at(member, event, now_ms());
+    }
+
+    fn apply_at(&mut self, member: usize, event: Event, at: u128) {
+        let line = match &event {
+            Event::Assigned(p) => (None, format!("member {member} assigned {p:?}")),
+            Event::Consumed(p, o, k) => {
+                (Some(*p), format!("member {member} processed {p}/{o} {k}"))
+            }
+        };
+        self.timeline.push((at, line.0, line.1));
         match event {
             Event::Assigned(p) => self.assignments[member] = p,
             Event::Consumed(p, o, k) => self.consumed.push((member, p, o, k)),
         }
+    }
+
+    fn step(&mut self, what: &str) {
+        self.timeline.push((now_ms(), None, what.to_owned()));
+    }
+
+    /// The timeline in time order, with the records processed from `partition` only.
+    fn report(&self, partition: i32) -> String {
+        let mut lines: Vec<_> = self
+            .timeline
+            .iter()
+            .filter(|(_, p, _)| p.is_none_or(|p| p == partition))
+            .collect();
+        lines.sort_by_key(|(at, _, _)| *at);
+        let out: Vec<String> = lines.iter().map(|(at, _, l)| format!("{at} {l}")).collect();
+        out.join("\n")
     }
 
     /// Each of `members` owns at least one partition, and every partition has exactly one
@@ -234,6 +273,10 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
                     Some(at) => &line[at..],
                     None => continue,
                 };
+                let Some((line, at)) = line.rsplit_once(" @") else {
+                    continue;
+                };
+                let at = at.parse().unwrap_or_else(|_| now_ms());
                 let event = if let Some(p) = line.strip_prefix("ASSIGNED ") {
                     Event::Assigned(p.split(',').filter_map(|x| x.parse().ok()).collect())
                 } else if let Some(rest) = line.strip_prefix("CONSUMED ") {
@@ -242,7 +285,7 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
                 } else {
                     continue;
                 };
-                observed.lock().unwrap().apply(2, event);
+                observed.lock().unwrap().apply_at(2, event, at);
             }
         })
     };
@@ -253,6 +296,7 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
         || observed.lock().unwrap().partitions_split_among(&[0, 1, 2]),
     )
     .await;
+    observed.lock().unwrap().step("producing the first records");
     produce_keys(&producer, topic, "before-", RECORDS_PER_PHASE).await;
     wait_for(
         "the first records to be consumed",
@@ -270,6 +314,7 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
     }
 
     // Kill the third member while it is idle: no LeaveGroup, its session must run out.
+    observed.lock().unwrap().step("killing member 2");
     child.kill().unwrap();
     child.wait().unwrap();
     reader.join().unwrap();
@@ -287,6 +332,7 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
         "{strategy}: takeover took {took:?}"
     );
 
+    observed.lock().unwrap().step("producing the last records");
     produce_keys(&producer, topic, "after-", RECORDS_PER_PHASE).await;
     wait_for(
         "every record to be consumed",
@@ -307,8 +353,9 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
         for (member, partition, offset, key) in &o.consumed {
             if let Some(first) = keys.insert(key.clone(), (*member, *partition, *offset)) {
                 panic!(
-                    "{strategy}: {key} processed twice: {first:?} and {:?}",
-                    (member, partition, offset)
+                    "{strategy}: {key} processed twice: {first:?} and {:?}\n{}",
+                    (member, partition, offset),
+                    o.report(*partition)
                 );
             }
         }
