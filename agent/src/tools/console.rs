@@ -9,12 +9,12 @@ use anyhow::{Context, bail};
 use clap::Args;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{DeliveryResult, Message};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
-use super::{ClusterArgs, REQUEST_TIMEOUT, split_property};
+use super::{ClusterArgs, DeliveryFailures, REQUEST_TIMEOUT, split_property};
 
 /// Formatting properties shared by both tools (`--property key=value`).
 #[derive(Debug, Default)]
@@ -221,21 +221,6 @@ pub struct ProducerArgs {
     sync: bool,
 }
 
-/// Counts failed deliveries and keeps the first failure.
-#[derive(Default)]
-struct Deliveries(super::DeliveryFailures);
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((error, _)) = result {
-            self.0.record(error);
-        }
-    }
-}
-
 /// Runs `agent console-producer`: every line of standard input becomes one record.
 pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
     let format = LineFormat::from_properties(&args.properties, "parse.key")?;
@@ -248,8 +233,8 @@ pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
         let (k, v) = split_property(pair)?;
         config.set(k, v);
     }
-    let producer: BaseProducer<Deliveries> = config
-        .create_with_context(Deliveries::default())
+    let producer: BaseProducer<DeliveryFailures> = config
+        .create_with_context(DeliveryFailures::default())
         .context("creating the producer")?;
     // A bad line ends the input, but the lines before it are still delivered.
     let sent = send_lines(&producer, &args, &format);
@@ -258,7 +243,7 @@ pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
         .context("waiting for the last records to be acknowledged");
     sent?;
     flushed?;
-    if let Some((failed, first)) = producer.context().0.summary() {
+    if let Some((failed, first)) = producer.context().summary() {
         bail!("{failed} records were not delivered; first error: {first}");
     }
     Ok(())
@@ -266,7 +251,7 @@ pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
 
 /// Sends every line of standard input; stops at the first bad one (unless `ignore.error`).
 fn send_lines(
-    producer: &BaseProducer<Deliveries>,
+    producer: &BaseProducer<DeliveryFailures>,
     args: &ProducerArgs,
     format: &LineFormat,
 ) -> anyhow::Result<()> {

@@ -6,12 +6,17 @@
 //! (`kafka-topics.sh`, `kafka-console-producer.sh`, ...).
 
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
 use ferry_kafka::client::properties::ClientProperties;
+use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
 
 pub mod acls;
 pub mod configs;
@@ -33,27 +38,38 @@ mod wire;
 /// How long a tool waits for the cluster to answer one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A producer tool's failed deliveries: how many, and the first error.
+/// A producer tool's failed deliveries: how many, and the first error. Also the context of a
+/// producer that needs nothing else from its deliveries.
 #[derive(Default)]
 struct DeliveryFailures {
-    count: std::sync::atomic::AtomicU64,
-    first: std::sync::Mutex<Option<String>>,
+    count: AtomicU64,
+    first: Mutex<Option<String>>,
 }
 
 impl DeliveryFailures {
     /// Counts a failed delivery, keeping its error if it is the first.
-    fn record(&self, error: &rdkafka::error::KafkaError) {
-        self.count
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    fn record(&self, error: &KafkaError) {
+        self.count.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first.lock().unwrap_or_else(|e| e.into_inner());
         first.get_or_insert_with(|| error.to_string());
     }
 
     /// The number of failed deliveries and the first error, when there were any.
     fn summary(&self) -> Option<(u64, String)> {
-        let count = self.count.load(std::sync::atomic::Ordering::Relaxed);
+        let count = self.count.load(Ordering::Relaxed);
         let first = self.first.lock().map(|e| e.clone().unwrap_or_default());
         (count > 0).then(|| (count, first.unwrap_or_default()))
+    }
+}
+
+impl ClientContext for DeliveryFailures {}
+
+impl ProducerContext for DeliveryFailures {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, _)) = result {
+            self.record(error);
+        }
     }
 }
 
