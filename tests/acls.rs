@@ -12,10 +12,7 @@ use std::net::TcpStream;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-#[path = "harness.rs"]
-mod harness;
-
-use harness::{Agent, free_port, wait_until};
+use crate::harness::{Agent, free_port, wait_until};
 
 fn acls(bootstrap: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_agent"))

@@ -12,9 +12,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "harness.rs"]
-mod harness;
-
 use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -26,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use harness::{Agent, Lcg, crash_seed, free_port, pipeline, read_dir_concat, wait_until};
+use crate::harness::{Agent, Lcg, crash_seed, free_port, pipeline, read_dir_concat, wait_until};
 
 /// Kills in all, at least; each process at least `KILLS / 5` times.
 const KILLS: usize = 15;

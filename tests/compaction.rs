@@ -18,10 +18,7 @@ use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-#[path = "harness.rs"]
-mod harness;
-
-use harness::{Agent, Lcg, crash_seed, free_port, http_address, http_get, wait_until};
+use crate::harness::{Agent, Lcg, crash_seed, free_port, http_address, http_get, wait_until};
 
 const TOPIC: &str = "changelog";
 /// delete.retention.ms of the tombstone test.

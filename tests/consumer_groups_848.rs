@@ -14,10 +14,7 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
-#[path = "harness.rs"]
-mod harness;
-
-use harness::{Agent, free_port, wait_until};
+use crate::harness::{Agent, free_port, wait_until};
 
 const PARTITIONS: i32 = 6;
 

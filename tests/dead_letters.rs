@@ -13,10 +13,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-#[path = "harness.rs"]
-mod harness;
-
-use harness::{Agent, Lcg, Received, crash_seed, http_server_reading, wait_until};
+use crate::harness::{Agent, Lcg, Received, crash_seed, http_server_reading, wait_until};
 
 /// The event the test endpoints refuse: the seq source's event 42.
 const MARKED: &str = r#""body":"42""#;

@@ -19,12 +19,11 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
-use harness::{Agent, free_port, wait_until};
+use crate::harness::{Agent, free_port, wait_until};
 
-use harness::agent_ok as ok;
+use crate::harness::agent_ok as ok;
 
 fn agent(args: &[&str]) -> Output {
     harness::agent_output(args, None)

@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use harness::{Agent, Lcg, Tmpfs, crash_seed, free_port, http_server, read_dir_concat, wait_until};
+use crate::harness::{
+    Agent, Lcg, Tmpfs, crash_seed, free_port, http_server, read_dir_concat, wait_until,
+};
 
 /// Starts the agent on `config` `rounds` times, killing it with SIGKILL at a random moment
 /// after it started each time.

@@ -8,8 +8,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write as _;
@@ -18,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use harness::{Agent, broker_agent, free_port, read_dir_concat, repo_root, wait_until};
+use crate::harness::{Agent, broker_agent, free_port, read_dir_concat, repo_root, wait_until};
 use nix::sys::signal::Signal;
 
 /// How a Flume file is run.

@@ -6,8 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -18,7 +17,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use harness::{Agent, free_port, read_dir_concat, wait_until};
+use crate::harness::{Agent, free_port, read_dir_concat, wait_until};
 
 /// One line of a `header_and_text` file: `{k=v, ...} body`.
 #[derive(Debug)]

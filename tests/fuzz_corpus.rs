@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod harness;
+use crate::harness;
 
 use std::path::{Path, PathBuf};
 

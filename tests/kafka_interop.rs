@@ -8,13 +8,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
 use std::process::Command;
 use std::time::Duration;
 
-use harness::{Agent, kcat_available, python, read_dir_concat, wait_until};
+use crate::harness::{Agent, kcat_available, python, read_dir_concat, wait_until};
 
 /// An agent running only the bundled broker; returns it and its address.
 fn broker(dir: &std::path::Path) -> (Agent, String) {

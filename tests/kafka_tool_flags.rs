@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
 // `run`: the agent with `args` (and `stdin`), whatever its exit status; `ok`: exit status 0
 // expected, its standard output.
-use harness::{agent_ok as ok, agent_output as run};
+use crate::harness::{agent_ok as ok, agent_output as run};
 
 fn topics(bootstrap: &str, args: &[&str]) -> Vec<String> {
     let mut all = vec![

@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
-use harness::{Agent, free_port, wait_until};
+use crate::harness::{Agent, free_port, wait_until};
 
 /// Runs the agent and expects exit status 0.
 fn agent(args: &[&str], stdin: Option<&[u8]>) -> Output {

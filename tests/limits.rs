@@ -29,9 +29,7 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-mod harness;
-
-use harness::{Tmpfs, free_port, http_get, wait_until};
+use crate::harness::{Tmpfs, free_port, http_get, wait_until};
 
 /// `agent broker` on a free port with `settings` (YAML lines), under `ulimit -n` when given.
 struct Broker {

@@ -11,14 +11,11 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-#[path = "harness.rs"]
-mod harness;
-
-use harness::{Agent, free_port, http_get, wait_until};
+use crate::harness::{Agent, free_port, http_get, wait_until};
 
 const RECORDS: usize = 400;
 
-use harness::agent_output as agent;
+use crate::harness::agent_output as agent;
 
 fn ok(out: Output, what: &str) -> String {
     assert!(

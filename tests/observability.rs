@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
-use harness::{Agent, http_get as get, http_server, python, wait_until};
+use crate::harness::{Agent, http_get as get, http_server, python, wait_until};
 
 fn json(address: &str, path: &str) -> (u16, serde_json::Value) {
     let (status, body) = get(address, path);

@@ -6,10 +6,9 @@
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
-use harness::agent_ok as ok;
+use crate::harness::agent_ok as ok;
 
 fn run(args: &[&str]) -> Output {
     harness::agent_output(args, None)

@@ -10,10 +10,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-#[path = "harness.rs"]
-mod harness;
-
-use harness::{Agent, free_port, http_server, pipeline, read_dir_concat, wait_until};
+use crate::harness::{Agent, free_port, http_server, pipeline, read_dir_concat, wait_until};
 
 fn numbered_lines(range: std::ops::Range<usize>) -> Vec<u8> {
     let mut out = Vec::new();

@@ -6,9 +6,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "harness.rs"]
-mod harness;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,7 +13,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use harness::{Agent, read_dir_concat, repo_root, wait_until};
+use crate::harness::{Agent, read_dir_concat, repo_root, wait_until};
 
 fn example(name: &str) -> String {
     repo_root()

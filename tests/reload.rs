@@ -3,12 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod harness;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use harness::{Agent, read_dir_concat, wait_until};
+use crate::harness::{Agent, read_dir_concat, wait_until};
 use nix::sys::signal::Signal;
 
 const TOTAL: u64 = 200_000;

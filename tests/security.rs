@@ -9,15 +9,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use harness::{Agent, kcat_available, python, wait_until};
+use crate::harness::{Agent, kcat_available, python, wait_until};
 
 const ALICE_PASSWORD: &str = "alice-pw-7f3a9c";
 const BOB_PASSWORD: &str = "bob-pw-e41d27";

@@ -4,12 +4,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod harness;
-
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use harness::{Agent, Lcg, crash_seed, free_port, read_dir_concat, wait_until};
+use crate::harness::{Agent, Lcg, crash_seed, free_port, read_dir_concat, wait_until};
 use nix::sys::signal::Signal;
 
 /// Writes `lines` lines `<prefix>-<n>` to `path`.

@@ -15,10 +15,9 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
-use harness::{Agent, Received, free_port, http_server, wait_until};
+use crate::harness::{Agent, Received, free_port, http_server, wait_until};
 
 /// The bodies `received` accepted so far.
 fn bodies(received: &Received) -> Vec<String> {

@@ -9,14 +9,12 @@
 //!
 //! ```sh
 //! FERRY_SOAK_PRODUCERS=200 FERRY_SOAK_CONSUMERS=50 FERRY_SOAK_SECONDS=300 \
-//!   cargo test --release -p ferry-agent --test soak -- --nocapture
+//!   cargo test --release -p ferry-agent --test e2e soak:: -- --nocapture
 //! ```
 //!
 //! The figures printed (records, rate, RSS) are for the reader; only the books are checked.
 
 #![allow(clippy::unwrap_used)]
-
-mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,7 +30,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use harness::{broker_agent, wait_until};
+use crate::harness::{broker_agent, wait_until};
 
 const GROUPS: usize = 5;
 const PARTITIONS: u32 = 10;

@@ -6,9 +6,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "harness.rs"]
-mod harness;
-
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -19,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use harness::{Agent, http_server, wait_until};
+use crate::harness::{Agent, http_server, wait_until};
 
 /// A pipeline tailing `logs/*.log` into a file channel in `data/`, drained by an http sink to
 /// `port`.

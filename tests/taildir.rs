@@ -9,9 +9,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "harness.rs"]
-mod harness;
-
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -24,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use harness::{Agent, Lcg, crash_seed, read_dir_concat, wait_until};
+use crate::harness::{Agent, Lcg, crash_seed, read_dir_concat, wait_until};
 
 /// How many times each test at least kills the agent.
 const KILLS: usize = 15;

@@ -22,10 +22,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-#[path = "harness.rs"]
-mod harness;
-
-use harness::{Agent, Lcg, crash_seed, free_port, wait_until};
+use crate::harness::{Agent, Lcg, crash_seed, free_port, wait_until};
 
 const PARTITIONS: i32 = 3;
 /// Records per transaction, spread over the partitions.

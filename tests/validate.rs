@@ -4,8 +4,7 @@
 
 use std::process::Command;
 
-#[path = "harness.rs"]
-mod harness;
+use crate::harness;
 
 fn validate(path: &std::path::Path) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_agent"))

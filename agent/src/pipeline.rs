@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use crate::http::PipelineMetrics;
-use crate::runtime::{run_sink, run_sink_group, run_source};
+use crate::runner::{run_sink, run_sink_group, run_source};
 use crate::topology::{SinkGroupSpec, SinkSpec, SourceSpec, Topology};
 
 /// Loads the pipeline file again, for a reload; the problems of a refused version as text,

@@ -15,7 +15,7 @@
 //! when the next one comes more than an hour later; here a member's count starts over once it
 //! delivers, as in Flume's failover.
 //!
-//! The runner (in `runtime.rs`) asks [`SinkProcessor::order`] which members to try for a
+//! The sink runner ([`crate::runner`]) asks [`SinkProcessor::order`] which members to try for a
 //! batch, in order, and reports each outcome with [`SinkProcessor::delivered`] and
 //! [`SinkProcessor::failed`]. A batch whose member fails goes on to the next member of that
 //! order at once, with its take still open; only when every member failed is it rolled back.

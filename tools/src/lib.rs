@@ -21,14 +21,12 @@ use rdkafka::producer::{DeliveryResult, ProducerContext};
 pub mod acls;
 pub mod configs;
 pub mod console;
-// `agent dead-letters`: works on a data_dir, not on a cluster.
-pub mod dead_letters;
 pub mod delete_records;
+pub mod dump;
 pub mod get_offsets;
 pub mod groups;
 pub mod log_repair;
 pub mod perf;
-pub mod state;
 pub mod top;
 pub mod topics;
 pub mod transactions;

@@ -1,45 +1,19 @@
-//! The `agent` command, as a library so that plugin crates can reuse its `main`.
-//!
-//! A plugin binary registers its own component types next to the built-ins and hands over:
-//!
-//! ```no_run
-//! fn main() -> std::process::ExitCode {
-//!     let mut registry = ferry_agent::builtin_registry();
-//!     // registry.register_sink("my_sink", |cfg| ...);
-//!     ferry_agent::main_with(registry)
-//! }
-//! ```
+//! The `agent` command line: the pipeline commands (`run`, `validate`, `convert`), the broker
+//! alone (`broker`), the commands that read a data directory (`state`, `dead-letters`) and
+//! the Kafka tools of the `ferry-tools` crate.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use ferry_core::{Registry, Shutdown};
+use ferry_tools as tools;
 
-pub mod dead_letter;
-pub mod flume;
-pub mod http;
-mod lock;
-pub mod pipeline;
-mod reload;
-pub mod runtime;
-pub mod sinkgroup;
-pub mod tools;
-pub mod topology;
+use crate::{EXIT_BAD_CONFIG, flume, http, pipeline, reload, run, topology};
 
-/// Exit code for a bad configuration: nothing was started.
-pub const EXIT_BAD_CONFIG: u8 = 2;
-
-/// Every built-in source, channel, sink and interceptor.
-pub fn builtin_registry() -> Registry {
-    let mut registry = Registry::new();
-    ferry_sources::register(&mut registry);
-    ferry_channels::register(&mut registry);
-    ferry_sinks::register(&mut registry);
-    ferry_kafka::register(&mut registry);
-    ferry_process::register(&mut registry);
-    registry
-}
+// `agent dead-letters` and `agent state`: they read a pipeline's data directory.
+pub mod dead_letters;
+pub mod state;
 
 #[derive(Parser)]
 #[command(
@@ -96,7 +70,7 @@ enum Command {
     },
     /// Prints what a data directory holds, read without changing it: channel depths, source
     /// checkpoints, sink progress and the integrity of the state; exits 1 if it is damaged.
-    State(tools::state::StateArgs),
+    State(state::StateArgs),
     /// Runs the bundled Kafka-compatible broker alone, until SIGINT/SIGTERM.
     Broker {
         /// A YAML file of broker settings: the keys of a pipeline's `broker:` section at the
@@ -144,40 +118,11 @@ enum Command {
     ConsumerPerfTest(tools::perf::ConsumerPerfArgs),
     /// Lists the events of a sink's `dead_letter` file channel, or replays a range of them
     /// into another channel. The agent must be stopped.
-    DeadLetters(tools::dead_letters::DeadLettersArgs),
+    DeadLetters(dead_letters::DeadLettersArgs),
     /// Prints the batches (with producer ids, sequences and transaction markers) and records of
     /// broker segment files, and `.index`/`.timeindex`/`.txnindex` entries (as
     /// kafka-dump-log.sh / DumpLogSegments).
-    DumpLogSegments {
-        /// Segment files (`.log`, `.index`, `.timeindex`, `.txnindex`), comma-separated as in
-        /// Kafka.
-        #[arg(long, value_delimiter = ',', required = true)]
-        files: Vec<PathBuf>,
-        /// Print each record's key, value and headers too.
-        #[arg(long = "print-data-log")]
-        print_data_log: bool,
-        /// Check every batch's CRC, print each damaged range and dump the intact batches
-        /// after it; exits 1 when any is found.
-        #[arg(long)]
-        verify: bool,
-        /// Read at most this many bytes of each `.log` file (whole batches only), as Kafka's
-        /// --max-bytes.
-        #[arg(long = "max-bytes", value_parser = clap::value_parser!(u64).range(1..))]
-        max_bytes: Option<u64>,
-        /// Check each `.index`/`.timeindex` against its `.log` without printing its entries:
-        /// only Kafka's messages for the entries that disagree (on standard error); exits 1
-        /// when any is found.
-        #[arg(long = "verify-index-only")]
-        verify_index_only: bool,
-        /// Kafka's flag to iterate the records inside each batch: taken, and nothing more,
-        /// since the records are always iterated.
-        #[arg(long = "deep-iteration")]
-        deep_iteration: bool,
-        /// Kafka's flag to decode `__consumer_offsets` records: taken, and nothing more, since
-        /// the bundled broker keeps group offsets in its metadata database, not in a topic.
-        #[arg(long = "offsets-decoder")]
-        offsets_decoder: bool,
-    },
+    DumpLogSegments(tools::dump::DumpLogSegmentsArgs),
     /// Lists the damaged ranges of a stopped broker's data directory (every CRC checked) and,
     /// with --execute, removes them; the other batches keep their offsets.
     LogRepair(tools::log_repair::LogRepairArgs),
@@ -262,7 +207,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 // Every file is checked, also after a damaged one.
                 let damaged = files
                     .iter()
-                    .filter(|file| !tools::state::check_pipeline(file, name.as_deref(), &registry))
+                    .filter(|file| !state::check_pipeline(file, name.as_deref(), &registry))
                     .count();
                 if damaged > 0 {
                     return ExitCode::FAILURE;
@@ -270,8 +215,8 @@ pub fn main_with(registry: Registry) -> ExitCode {
             }
             code
         }
-        Command::State(args) => tools::state::run(&args, &registry),
-        Command::Run { file, no_watch } => run(&file, registry, !no_watch),
+        Command::State(args) => state::run(&args, &registry),
+        Command::Run { file, no_watch } => run_pipeline(&file, registry, !no_watch),
         Command::Convert { file } => convert(&file, &registry),
         Command::Broker {
             config,
@@ -291,51 +236,10 @@ pub fn main_with(registry: Registry) -> ExitCode {
         Command::ConsoleConsumer(args) => tool(tools::console::consume(args)),
         Command::ProducerPerfTest(args) => tool(tools::perf::produce(args)),
         Command::ConsumerPerfTest(args) => tool(tools::perf::consume(args)),
-        Command::DeadLetters(args) => tool(tools::dead_letters::run(args, &registry)),
-        Command::DumpLogSegments {
-            files,
-            print_data_log,
-            verify,
-            max_bytes,
-            verify_index_only,
-            deep_iteration: _,
-            offsets_decoder: _,
-        } => tool(dump_log_segments(
-            &files,
-            &ferry_broker::DumpOptions {
-                print_data_log,
-                verify,
-                max_bytes,
-                verify_index_only,
-            },
-        )),
+        Command::DeadLetters(args) => tool(dead_letters::run(args, &registry)),
+        Command::DumpLogSegments(args) => tool(tools::dump::run(&args)),
         Command::LogRepair(args) => tool(tools::log_repair::run(args)),
     }
-}
-
-fn dump_log_segments(files: &[PathBuf], options: &ferry_broker::DumpOptions) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut damaged = Vec::new();
-    let mut report = ferry_broker::DumpReport::default();
-    for file in files {
-        let before = report.damaged;
-        ferry_broker::dump_segment_file_with(file, options, &mut out, &mut report)?;
-        let found = report.damaged - before;
-        if found > 0 {
-            damaged.push(format!("{} ({found})", file.display()));
-        }
-    }
-    out.flush()?;
-    // As Kafka: the index problems of every file, after the dumps.
-    report.write_index_problems(&mut std::io::stderr().lock())?;
-    if !damaged.is_empty() {
-        anyhow::bail!("damaged ranges found in {}", damaged.join(", "));
-    }
-    if options.verify_index_only && report.index_problems() {
-        anyhow::bail!("index entries that disagree with their log were found");
-    }
-    Ok(())
 }
 
 /// Exit status of a tool: 0 (also when standard output was closed by its reader), or 1 with
@@ -401,7 +305,7 @@ fn validate(files: &[PathBuf], name: Option<&str>, registry: &Registry) -> ExitC
     }
 }
 
-fn run(file: &PipelineArgs, registry: Registry, watch: bool) -> ExitCode {
+fn run_pipeline(file: &PipelineArgs, registry: Registry, watch: bool) -> ExitCode {
     let loaded =
         PipelineFile::of(file.path(), file.name.as_deref()).and_then(|p| p.load(&registry));
     let topology = match loaded {
@@ -434,7 +338,7 @@ fn run(file: &PipelineArgs, registry: Registry, watch: bool) -> ExitCode {
         } else {
             None
         };
-        runtime::run_reloading(topology, stop, reloads).await
+        run::run_reloading(topology, stop, reloads).await
     })
 }
 
@@ -506,7 +410,7 @@ fn broker(
     until_stopped(|stop| async move {
         let http_address = config.http;
         let broker = ferry_broker::Broker::start(config).await?;
-        tracing::info!(listeners = %runtime::listeners(&broker), "broker started");
+        tracing::info!(listeners = %run::listeners(&broker), "broker started");
         let http_stop = Shutdown::new();
         let http = match http_address {
             Some(address) => {

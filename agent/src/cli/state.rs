@@ -116,12 +116,12 @@ fn pipeline_dirs(
     name: Option<&str>,
     registry: &Registry,
 ) -> Result<(Vec<PathBuf>, BTreeMap<String, String>), String> {
-    let file = crate::PipelineFile::of(path, name)?;
+    let file = super::PipelineFile::of(path, name)?;
     let (topology, _) = file.load(registry)?;
     let yaml = match &file {
-        crate::PipelineFile::Yaml(path) => std::fs::read_to_string(path)
+        super::PipelineFile::Yaml(path) => std::fs::read_to_string(path)
             .map_err(|e| format!("{}: cannot read: {e}", path.display()))?,
-        crate::PipelineFile::Flume { path, agent } => {
+        super::PipelineFile::Flume { path, agent } => {
             let text = crate::flume::read(path).map_err(|p| p.to_string())?;
             crate::flume::convert(path, &text, agent)
                 .map_err(|p| p.to_string())?

@@ -986,3 +986,12 @@ pub(crate) fn property<'p>(properties: &'p [Property], key: &str) -> Option<&'p 
         })
     })
 }
+
+/// Our type of `kind` that Flume's type name `flume` (an alias such as `syslogtcp`, or a class
+/// name such as `org.apache.flume.sink.kafka.KafkaSink`) runs as, if it runs here.
+pub(crate) fn our_type(kind: ferry_core::ComponentKind, flume: &str) -> Option<&'static str> {
+    match find(kind, flume).ok()?.ours {
+        Ours::Type { name, .. } => Some(name),
+        Ours::Refused(_) => None,
+    }
+}

@@ -35,7 +35,7 @@ use ferry_core::Registry;
 
 use crate::topology::{self, Topology};
 
-mod components;
+pub(crate) mod components;
 mod convert;
 mod yaml;
 
@@ -259,15 +259,6 @@ pub fn agent_name(path: &Path, text: &str, name: Option<&str>) -> Result<String,
                 ),
             )],
         }),
-    }
-}
-
-/// Our type of `kind` that Flume's type name `flume` (an alias such as `syslogtcp`, or a class
-/// name such as `org.apache.flume.sink.kafka.KafkaSink`) runs as, if it runs here.
-pub(crate) fn our_type(kind: ferry_core::ComponentKind, flume: &str) -> Option<&'static str> {
-    match components::find(kind, flume).ok()?.ours {
-        components::Ours::Type { name, .. } => Some(name),
-        components::Ours::Refused(_) => None,
     }
 }
 

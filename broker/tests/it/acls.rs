@@ -9,12 +9,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use ferry_broker::{
     AclBinding, AclOperation, AclPermissionType, BrokerConfig, ListenerConfig, Password,
     PatternType, ResourceType, SecurityProtocol, UserConfig,

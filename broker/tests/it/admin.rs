@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use common::*;
+use crate::common::*;
 
 fn options() -> AdminOptions {
     AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))

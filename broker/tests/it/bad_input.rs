@@ -3,8 +3,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::Duration;
 
 use kafka_protocol::ResponseError;
@@ -15,8 +13,8 @@ use rdkafka::producer::FutureRecord;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use common::raw::{self, call, frame};
-use common::*;
+use crate::common::raw::{self, call, frame};
+use crate::common::*;
 
 /// xorshift64*: deterministic, so a failure can be replayed.
 struct Rng(u64);

@@ -2,13 +2,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::Duration;
 
 use rdkafka::producer::FutureRecord;
 
-use common::*;
+use crate::common::*;
 
 /// Records per (codec, acks) case; `FERRY_BROKER_TEST_RECORDS` raises it (the full run
 /// uses 1,000,000).

@@ -3,8 +3,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::Duration;
 
 use kafka_protocol::messages::*;
@@ -13,8 +11,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use tokio::net::TcpStream;
 
-use common::raw::call;
-use common::*;
+use crate::common::raw::call;
+use crate::common::*;
 
 fn member(bootstrap: &str, group: &str) -> BaseConsumer {
     let consumer: BaseConsumer = ClientConfig::new()

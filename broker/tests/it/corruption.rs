@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -18,7 +16,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 
-use common::*;
+use crate::common::*;
 
 /// Everything the brokers of this test binary log, to count the damage reports.
 fn logs() -> &'static Arc<Mutex<Vec<u8>>> {

@@ -9,8 +9,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -29,8 +27,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::net::TcpStream;
 
-use common::raw::call;
-use common::*;
+use crate::common::raw::call;
+use crate::common::*;
 
 const SESSION_TIMEOUT_MS: u64 = 6000;
 const PARTITIONS: i32 = 6;
@@ -252,7 +250,7 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "group_member_child_process",
+            "groups::group_member_child_process",
             "--ignored",
             "--nocapture",
             "--test-threads=1",

@@ -4,11 +4,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kcat_lists_metadata_and_round_trips_a_file_of_lines() {

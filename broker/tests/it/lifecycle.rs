@@ -2,8 +2,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use ferry_broker::{Broker, BrokerError};
@@ -13,8 +11,8 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use common::raw::frame;
-use common::*;
+use crate::common::raw::frame;
+use crate::common::*;
 
 #[tokio::test]
 async fn shutdown_ends_a_long_polling_fetch_and_closes_connections_promptly() {

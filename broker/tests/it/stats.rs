@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use ferry_broker::{BrokerStats, PartitionStats};
@@ -17,7 +15,7 @@ use rdkafka::producer::{FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::net::TcpStream;
 
-use common::*;
+use crate::common::*;
 
 const TOPIC: &str = "metered";
 const PARTITIONS: i32 = 3;

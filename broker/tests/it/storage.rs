@@ -3,15 +3,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureRecord;
 
-use common::*;
+use crate::common::*;
 
 fn segment_files(dir: &Path, topic_partition: &str) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir.join(topic_partition))

@@ -7,8 +7,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -19,7 +17,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use common::*;
+use crate::common::*;
 
 const PARTITIONS: i32 = 3;
 const TXN_TIMEOUT: Duration = Duration::from_secs(20);

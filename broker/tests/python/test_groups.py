@@ -3,7 +3,7 @@ ferry broker: commit, close, resume from the committed offset in the same group;
 with auto.offset.reset=latest sees only new records, with earliest all of them.
 
 BOOTSTRAP names the broker, as for test_clients.py. A restart of the broker in between is
-covered by the Rust test `committed_offsets_survive_a_restart...` in broker/tests/groups.rs.
+covered by the Rust test `committed_offsets_survive_a_restart...` in broker/tests/it/groups.rs.
 """
 
 import os
