@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ferry_broker::{BrokerConfig, BrokerHandle};
@@ -18,37 +16,10 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::common::*;
 
-/// Everything the brokers of this test binary log, to count the damage reports.
-fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let writer = Arc::clone(&buf);
-        let _ = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || Capture(Arc::clone(&writer)))
-            .try_init();
-        buf
-    })
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        std::io::stderr().write_all(buf)?;
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The damage reports logged about `topic`.
 fn damage_reports(topic: &str) -> usize {
-    let text = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
-    text.lines()
+    logged()
+        .lines()
         .filter(|l| l.contains("damaged record batches") && l.contains(&format!("topic={topic}")))
         .count()
 }
@@ -58,15 +29,6 @@ fn broker_config(dir: &Path, scrub: bool) -> BrokerConfig {
     config.log_scrub_interval_ms = if scrub { 100 } else { 0 };
     config.log_scrub_bytes_per_sec = 100 << 20;
     config
-}
-
-async fn start_logged(config: BrokerConfig) -> (BrokerHandle, String) {
-    logs();
-    let broker = ferry_broker::Broker::start(config)
-        .await
-        .expect("broker starts");
-    let bootstrap = broker.local_addr().to_string();
-    (broker, bootstrap)
 }
 
 /// Produces `count` records keyed by their index to partition 0, in small batches.
@@ -172,7 +134,7 @@ fn damaged_ranges(broker: &BrokerHandle, topic: &str) -> usize {
 /// Produces 400 records to `topic` in segments of 4 KiB and stops cleanly; returns the
 /// segment holding the damage-to-be and its batches.
 async fn prepare(dir: &Path, topic: &str) -> (PathBuf, Vec<(usize, i64, i64, usize)>) {
-    let (broker, bootstrap) = start_logged(broker_config(dir, false)).await;
+    let (broker, bootstrap) = start(broker_config(dir, false)).await;
     create_topic(&bootstrap, topic, 1, &[("segment.bytes", "4096")]).await;
     produce(&bootstrap, topic, 400).await;
     broker.shutdown().await;
@@ -190,7 +152,7 @@ async fn serves_around_the_damage_then_repairs(
     scrub: bool,
     damaged: (i64, i64),
 ) {
-    let (broker, bootstrap) = start_logged(broker_config(dir, scrub)).await;
+    let (broker, bootstrap) = start(broker_config(dir, scrub)).await;
     if scrub {
         wait_for("the scrubber", Duration::from_secs(10), || {
             damaged_ranges(&broker, topic) == 1
@@ -245,7 +207,7 @@ async fn serves_around_the_damage_then_repairs(
     ferry_broker::remove_damage(dir, &ranges).unwrap();
     assert!(ferry_broker::find_damage(dir).unwrap().is_empty());
 
-    let (broker, bootstrap) = start_logged(broker_config(dir, scrub)).await;
+    let (broker, bootstrap) = start(broker_config(dir, scrub)).await;
     let b = bootstrap.clone();
     let t = topic.to_owned();
     let (all, error) =

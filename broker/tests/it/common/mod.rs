@@ -3,7 +3,9 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::Path;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ferry_broker::{Broker, BrokerConfig, BrokerHandle};
@@ -14,12 +16,44 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::FutureProducer;
 use rdkafka::{Offset, TopicPartitionList};
+use tracing_subscriber::fmt::TestWriter;
 
+/// The one log subscriber of this test binary (a process has one; the first to install it
+/// wins, so every test goes through here): what the brokers log at the level `RUST_LOG`
+/// sets (errors when unset), shown with the test's output and kept, for the tests that
+/// count what was reported ([`logged`]).
 pub fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    logs();
+}
+
+fn logs() -> &'static Mutex<Vec<u8>> {
+    static LOGS: OnceLock<Mutex<Vec<u8>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_ansi(false)
+            .with_writer(|| Capture(TestWriter::new()))
+            .try_init();
+        Mutex::new(Vec::new())
+    })
+}
+
+/// Everything logged so far by this test binary (see [`init_tracing`]).
+pub fn logged() -> String {
+    String::from_utf8_lossy(&logs().lock().unwrap()).into_owned()
+}
+
+/// Writes a log line to the test's output and keeps a copy.
+struct Capture(TestWriter);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        logs().lock().unwrap().extend_from_slice(buf);
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 /// Whether kcat is installed; when it is not, a test skips, unless `FERRY_REQUIRE_KCAT` is
