@@ -239,6 +239,18 @@ impl Handler for Fetch {
                 }
                 let fetched: usize = records.iter().map(|slice| slice.len()).sum();
                 let throttle = ctx.throttle(header, Direction::Fetch, fetched as u64);
+                // Which client was answered what and when: how a consumer's view of a
+                // partition is followed (RUST_LOG=ferry_broker::api::fetch=trace).
+                tracing::trace!(
+                    client = ?header.client_id,
+                    asked = ?request
+                        .topics
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().map(move |p| (&t.topic.0, p.partition, p.fetch_offset)))
+                        .collect::<Vec<_>>(),
+                    bytes = fetched,
+                    "fetch answered"
+                );
                 return Some(FetchReply {
                     response: FetchResponse::default()
                         .with_responses(responses)

@@ -49,6 +49,11 @@ fn member_config(bootstrap: &str, group: &str, strategy: &str, reset: &str) -> C
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("auto.offset.reset", reset);
+    // librdkafka's own debug contexts (e.g. `cgrp,fetch,topic`), logged through the test's
+    // subscriber with RUST_LOG=rdkafka=debug: how a failure of these tests is looked into.
+    if let Ok(contexts) = std::env::var("FERRY_TEST_RDKAFKA_DEBUG") {
+        config.set("debug", contexts).set("log_level", "7");
+    }
     config
 }
 
@@ -107,6 +112,12 @@ fn group_member_child_process() {
     let [bootstrap, topic, group, strategy] = parts[..] else {
         panic!("bad {CHILD_ENV}: {spec}");
     };
+    // Its logs (librdkafka's among them) go to the stderr it shares with the parent: stdout
+    // is the parent's, and held below.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     // The parent holds our stdin: when it goes away, so do we.
     std::thread::spawn(|| {
         let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
@@ -114,23 +125,20 @@ fn group_member_child_process() {
     });
     let stop = AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
-    run_member(
-        member_config(bootstrap, group, strategy, "earliest"),
-        topic,
-        &stop,
-        |event| {
-            let line = match event {
-                Event::Assigned(p) => format!(
-                    "ASSIGNED {}",
-                    p.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
-                ),
-                Event::Consumed(p, o, k) => format!("CONSUMED {p} {o} {k}"),
-            };
-            // When it happened, for the parent's timeline.
-            writeln!(out, "{line} @{}", now_ms()).unwrap();
-            out.flush().unwrap();
-        },
-    );
+    let mut config = member_config(bootstrap, group, strategy, "earliest");
+    config.set("client.id", "member-2");
+    run_member(config, topic, &stop, |event| {
+        let line = match event {
+            Event::Assigned(p) => format!(
+                "ASSIGNED {}",
+                p.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+            ),
+            Event::Consumed(p, o, k) => format!("CONSUMED {p} {o} {k}"),
+        };
+        // When it happened, for the parent's timeline.
+        writeln!(out, "{line} @{}", now_ms()).unwrap();
+        out.flush().unwrap();
+    });
 }
 
 /// Milliseconds since the epoch: the one clock of the parent and the child.
@@ -232,7 +240,8 @@ async fn three_members_share_the_partitions_and_take_over_a_killed_ones(strategy
     let mut threads = Vec::new();
     for member in 0..2 {
         let (observed, stop) = (Arc::clone(&observed), Arc::clone(&stop));
-        let config = member_config(&bootstrap, &group, strategy, "earliest");
+        let mut config = member_config(&bootstrap, &group, strategy, "earliest");
+        config.set("client.id", format!("member-{member}"));
         threads.push(std::thread::spawn(move || {
             run_member(config, topic, &stop, |e| {
                 observed.lock().unwrap().apply(member, e)
