@@ -143,6 +143,11 @@ struct Shared {
     /// assignment is read, librdkafka's position of such a partition might still be that of
     /// the assignment before, past records dropped from a batch.
     revoked: std::collections::HashSet<Tp>,
+    /// Where each owned partition's current assignment started, when this source set it.
+    /// librdkafka (2.12.1) can hand over a record fetched while the partition was not assigned
+    /// (an `auto.offset.reset` lookup retried after a revoke fetches it anyway): one below the
+    /// start is not this assignment's, and is dropped.
+    starts: HashMap<Tp, i64>,
 }
 
 struct RebalanceContext {
@@ -277,13 +282,17 @@ impl ConsumerContext for RebalanceContext {
                 let mut shared = self.shared();
                 if !cooperative {
                     shared.assigned.clear();
+                    shared.starts.clear();
                 }
                 shared.assignments += 1;
                 let number = shared.assignments;
                 for e in tpl.elements() {
-                    shared
-                        .assigned
-                        .insert((e.topic().to_owned(), e.partition()), number);
+                    let tp = (e.topic().to_owned(), e.partition());
+                    match e.offset() {
+                        Offset::Offset(start) => shared.starts.insert(tp.clone(), start),
+                        _ => shared.starts.remove(&tp),
+                    };
+                    shared.assigned.insert(tp, number);
                 }
                 result
             }
@@ -295,6 +304,7 @@ impl ConsumerContext for RebalanceContext {
                     for e in tpl.elements() {
                         let tp = (e.topic().to_owned(), e.partition());
                         shared.assigned.remove(&tp);
+                        shared.starts.remove(&tp);
                         shared.revoked.insert(tp);
                     }
                     // The batch being gathered drops the revoked partitions' records (checked
@@ -311,6 +321,7 @@ impl ConsumerContext for RebalanceContext {
             other => {
                 tracing::error!(source = %self.source, error = ?other, "rebalance failed");
                 let mut shared = self.shared();
+                shared.starts.clear();
                 let owned: Vec<Tp> = shared.assigned.drain().map(|(tp, _)| tp).collect();
                 shared.revoked.extend(owned);
                 drop(shared);
@@ -528,7 +539,12 @@ impl Source for KafkaSource {
                     }
                     received.as_ref().ok().and_then(|m| {
                         let tp = (m.topic().to_owned(), m.partition());
-                        state.assigned.get(&tp).map(|a| (tp, *a))
+                        let assignment = *state.assigned.get(&tp)?;
+                        if let Some(start) = state.starts.get(&tp).filter(|s| m.offset() < **s) {
+                            tracing::warn!(source = %name, topic = %tp.0, partition = tp.1, offset = m.offset(), start, "dropped a record from before this assignment's start");
+                            return None;
+                        }
+                        Some((tp, assignment))
                     })
                 };
                 match received {
