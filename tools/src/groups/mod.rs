@@ -109,17 +109,7 @@ pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
             .context("--group is required for this action")
     };
     if args.list {
-        let consumer: BaseConsumer = args
-            .cluster
-            .client_config(&[])?
-            .create()
-            .context("creating the client")?;
-        let list = consumer
-            .fetch_group_list(None, REQUEST_TIMEOUT)
-            .context("listing groups")?;
-        let mut names: Vec<&str> = list.groups().iter().map(|g| g.name()).collect();
-        names.sort_unstable();
-        for name in names {
+        for name in group_names(&args.cluster)? {
             writeln!(out, "{name}")?;
         }
     } else if args.describe {
