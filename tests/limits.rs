@@ -47,12 +47,27 @@ impl Broker {
     /// Like `start`, with the broker's data directory at `data`.
     fn start_on(dir: &Path, data: &Path, settings: &str, descriptor_limit: Option<u32>) -> Broker {
         let port = free_port();
+        let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let listen = format!("listen: {address}\n");
+        Broker::start_listening(dir, data, &listen, address, settings, descriptor_limit)
+    }
+
+    /// `agent broker` with `listen` (a `listen:` or `listeners:` block, YAML), `address`
+    /// being the plaintext listener's.
+    fn start_listening(
+        dir: &Path,
+        data: &Path,
+        listen: &str,
+        address: SocketAddr,
+        settings: &str,
+        descriptor_limit: Option<u32>,
+    ) -> Broker {
         let http = format!("127.0.0.1:{}", free_port());
         let config = dir.join("broker.yaml");
         std::fs::write(
             &config,
             format!(
-                "listen: 127.0.0.1:{port}\ndata_dir: {}\nhttp: {http}\n{settings}",
+                "{listen}data_dir: {}\nhttp: {http}\n{settings}",
                 data.display()
             ),
         )
@@ -82,7 +97,6 @@ impl Broker {
             .stderr(std::fs::File::create(dir.join("broker.log")).unwrap())
             .spawn()
             .unwrap();
-        let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let broker = Broker {
             child,
             dir: dir.to_owned(),
@@ -361,22 +375,24 @@ fn connections_past_the_limits_are_closed_at_once_and_counted() {
 
 /// Eight clients each announce a 96 MiB request and send all of it but the last byte: with
 /// no bound the broker held every byte (RSS from 94 to 957 MiB). With
-/// `queued_max_request_bytes` it reads one and leaves the others unread in their sockets.
+/// `queued_max_request_bytes` of 128 MiB it holds at most that (the requests take it as their
+/// bytes arrive, and wait unread once it is taken), small requests of other clients are still
+/// read and answered at once, and `request_receive_timeout_ms` after their first byte the
+/// stalled requests are dropped and their memory given back.
 #[test]
 fn memory_held_by_half_sent_requests_is_bounded_by_queued_max_request_bytes() {
     const FRAME: usize = 96 << 20;
+    const POOL: usize = 128 << 20;
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(
         dir.path(),
-        &format!("queued_max_request_bytes: {}\n", 128 << 20),
+        &format!("queued_max_request_bytes: {POOL}\nrequest_receive_timeout_ms: 6000\n"),
         None,
     );
     let base = broker.rss_kib();
     let mut writers = Vec::new();
-    let mut sockets = Vec::new();
     for _ in 0..8 {
         let stream = broker.connect();
-        sockets.push(stream.try_clone().unwrap());
         writers.push(std::thread::spawn(move || {
             let mut stream = stream;
             let _ = stream.write_all(&(FRAME as u32).to_be_bytes());
@@ -392,39 +408,47 @@ fn memory_held_by_half_sent_requests_is_bounded_by_queued_max_request_bytes() {
             }
             let rest = vec![b'x'; FRAME - sent - 1];
             let _ = stream.write_all(&rest);
+            // Then nothing until the broker gives up on the request.
+            let mut buf = [0u8; 1];
+            let _ = stream.read(&mut buf);
         }));
     }
-    // One frame is read whole but for its last byte; wait for that, then a while more.
-    wait_until(Duration::from_secs(60), "one request to be held", || {
-        broker.metric("kafka_queued_request_bytes ") >= (FRAME as f64) * 0.99
+    // The pool fills up to its last step (steps are at most 1 MiB).
+    wait_until(Duration::from_secs(60), "the pool to fill", || {
+        broker.metric("kafka_queued_request_bytes ") >= (POOL - (8 << 20)) as f64
     });
-    std::thread::sleep(Duration::from_secs(2));
     let held = broker.metric("kafka_queued_request_bytes ");
     let rss = broker.rss_kib();
     assert!(
-        held <= (128 << 20) as f64,
+        held <= POOL as f64,
         "request bytes held: {held}, above queued_max_request_bytes"
     );
-    // One 96 MiB frame and buffers: far below the 8 × 96 MiB the clients announced.
+    // The pool and buffers: far below the 8 × 96 MiB the clients announced.
     let grown_mib = rss.saturating_sub(base) / 1024;
     assert!(
         grown_mib < 128 + 48,
         "RSS grew by {grown_mib} MiB with queued_max_request_bytes of 128 MiB"
     );
-    for socket in &sockets {
-        let _ = socket.shutdown(Shutdown::Both);
-    }
+    // A small request of another client does not wait on the full pool.
+    let mut fresh = broker.connect();
+    let asked = std::time::Instant::now();
+    assert!(api_versions(&mut fresh).is_some());
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "ApiVersions took {:?} while the pool was full",
+        asked.elapsed()
+    );
+    // The stalled requests are dropped after the receive timeout: their memory comes back.
     for writer in writers {
         writer.join().unwrap();
     }
-    // Once they are gone, the broker serves again.
-    let mut fresh = broker.connect();
-    wait_until(Duration::from_secs(10), "the broker to serve again", || {
-        api_versions(&mut fresh).is_some() || {
-            fresh = broker.connect();
-            false
-        }
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "the memory to be given back",
+        || broker.metric("kafka_queued_request_bytes ") == 0.0,
+    );
+    assert!(broker.metric("kafka_connections_receive_timeouts_total{") >= 8.0);
+    assert!(api_versions(&mut broker.connect()).is_some());
 }
 
 fn create_topic(stream: &mut TcpStream, name: &str) -> (i16, String) {
@@ -656,4 +680,222 @@ fn idle_partitions_hold_no_descriptors_so_more_fit_than_the_limit_keeps_open() {
             open_descriptors(&broker) < idle + 20
         });
     }
+}
+
+/// Runs `tests/hostile_clients.py ADDRESS MODE ARGS` (a second process, Python's standard
+/// library only) to its end and returns its report; `during` runs while it does.
+fn hostile_clients(
+    address: &str,
+    mode: &str,
+    args: &[&str],
+    during: impl FnOnce(),
+) -> serde_json::Value {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/hostile_clients.py");
+    let child = Command::new(python)
+        .arg(script)
+        .arg(address)
+        .arg(mode)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    during();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "hostile_clients.py {mode} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// Checks the well-behaved client's view of a hostile run: every ApiVersions on a fresh
+/// connection answered, none slower than `slowest` seconds.
+fn assert_probes_served(report: &serde_json::Value, slowest: f64) {
+    let probe = &report["probe"];
+    let answered = probe["answered"].as_u64().unwrap();
+    assert!(answered >= 10, "too few probes answered: {report}");
+    assert_eq!(probe["failed"], 0, "probes failed: {report}");
+    let took = probe["slowest"].as_f64().unwrap();
+    assert!(took < slowest, "the slowest probe took {took} s: {report}");
+}
+
+/// How long after its first byte the broker closed each hostile connection, in seconds;
+/// fails if one stayed open to the end of the run.
+fn closed_after(report: &serde_json::Value, count: usize) -> Vec<f64> {
+    let closed = report["closed_after"].as_array().unwrap();
+    assert_eq!(closed.len(), count, "{report}");
+    closed
+        .iter()
+        .map(|c| {
+            c.as_f64()
+                .unwrap_or_else(|| panic!("a hostile connection stayed open: {report}"))
+        })
+        .collect()
+}
+
+/// Kafka's own bound is the pool: six connections announcing ~100 MiB each and sending 4
+/// bytes of it used to reserve 600 MiB of `queued_max_request_bytes` (512 MiB) between them,
+/// and no other request was read while they stayed open. Memory is now taken as bytes arrive:
+/// 64 of them hold 64 KiB each, every ApiVersions on a fresh connection is answered within a
+/// second, and each is closed `request_receive_timeout_ms` after its first byte. On a SASL_SSL
+/// listener the same announcements are refused at once, before authentication.
+#[test]
+fn announced_huge_requests_hold_nothing_and_stop_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = crate::security::certificates(dir.path());
+    let port = free_port();
+    let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let sasl_ssl = format!("127.0.0.1:{}", free_port());
+    let listen = format!(
+        "listeners:\n  - {{ address: {address} }}\n  - address: {sasl_ssl}\n    \
+         security_protocol: SASL_SSL\n    ssl: {{ certificate: {}, key: {} }}\n\
+         users:\n  - {{ name: alice, password: alice-secret }}\n",
+        certs.server_cert.display(),
+        certs.server_key.display()
+    );
+    let broker = Broker::start_listening(
+        dir.path(),
+        &dir.path().join("data"),
+        &listen,
+        address,
+        "request_receive_timeout_ms: 4000\n",
+        None,
+    );
+    let mut rss_mib = 0;
+    let report = hostile_clients(
+        &address.to_string(),
+        "hogs",
+        &["--count", "64", "--seconds", "9"],
+        || {
+            std::thread::sleep(Duration::from_secs(3));
+            rss_mib = broker.rss_kib() / 1024;
+        },
+    );
+    assert_probes_served(&report, 1.0);
+    assert!(rss_mib < 200, "RSS {rss_mib} MiB with 64 hogs");
+    for after in closed_after(&report, 64) {
+        assert!(
+            (3.5..6.0).contains(&after),
+            "a hog was closed {after} s after its first byte, not after 4 s: {report}"
+        );
+    }
+    assert!(broker.metric("kafka_connections_receive_timeouts_total{") >= 64.0);
+    assert_eq!(broker.metric("kafka_queued_request_bytes "), 0.0);
+
+    let ca = certs.ca.display().to_string();
+    let report = hostile_clients(
+        &sasl_ssl,
+        "hogs",
+        &["--count", "64", "--seconds", "4", "--tls-ca", &ca],
+        || {},
+    );
+    assert_probes_served(&report, 1.0);
+    for after in closed_after(&report, 64) {
+        assert!(
+            after < 1.0,
+            "a hog before authentication was held {after} s: {report}"
+        );
+    }
+    let refused =
+        broker.metric("kafka_connections_unauthenticated_too_large_total{listener=\"SASL_SSL\"");
+    assert!(refused >= 64.0, "refusals counted: {refused}");
+}
+
+/// A thousand connections each send one byte of an ApiVersions request every two seconds:
+/// every other client is served within a second meanwhile, and each of them is closed
+/// `request_receive_timeout_ms` after its first byte, with memory flat.
+#[test]
+fn a_thousand_trickling_connections_stop_nobody_and_are_closed_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(dir.path(), "request_receive_timeout_ms: 4000\n", None);
+    let address = broker.address.to_string();
+    let mut rss_mib = 0;
+    let report = hostile_clients(
+        &address,
+        "trickle",
+        &["--count", "1000", "--every", "2", "--seconds", "10"],
+        || {
+            std::thread::sleep(Duration::from_secs(3));
+            rss_mib = broker.rss_kib() / 1024;
+        },
+    );
+    assert_probes_served(&report, 1.0);
+    assert!(
+        rss_mib < 200,
+        "RSS {rss_mib} MiB with 1000 trickling connections"
+    );
+    for after in closed_after(&report, 1000) {
+        assert!(
+            (3.5..7.0).contains(&after),
+            "a trickling connection was closed {after} s after its first byte, not after 4 s"
+        );
+    }
+    assert!(broker.metric("kafka_connections_receive_timeouts_total{") >= 1000.0);
+}
+
+/// Before a connection on a SASL listener has authenticated, only requests up to
+/// `sasl_server_max_receive_size` are read: 200 connections announcing 1 MiB are closed at
+/// once; once authenticated, a client sends requests of up to `socket_request_max_bytes`.
+#[test]
+fn requests_over_the_sasl_receive_size_are_refused_before_authentication() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let listen = format!(
+        "listeners:\n  - {{ address: {address}, security_protocol: SASL_PLAINTEXT, \
+         sasl_mechanisms: [PLAIN] }}\nusers:\n  - {{ name: alice, password: alice-secret }}\n"
+    );
+    let broker = Broker::start_listening(
+        dir.path(),
+        &dir.path().join("data"),
+        &listen,
+        address,
+        "",
+        None,
+    );
+    let report = hostile_clients(
+        &address.to_string(),
+        "oversized",
+        &["--count", "200", "--announce", "1048576", "--seconds", "4"],
+        || {},
+    );
+    assert_probes_served(&report, 1.0);
+    for after in closed_after(&report, 200) {
+        assert!(
+            after < 1.0,
+            "a 1 MiB request before authentication was held {after} s"
+        );
+    }
+    let refused = broker.metric("kafka_connections_unauthenticated_too_large_total{");
+    assert!(refused >= 200.0, "refusals counted: {refused}");
+    assert!(broker.log().contains("sasl_server_max_receive_size"));
+
+    // Authenticated, a produce request of ~900 KB (above 512 KiB) is read and acknowledged.
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", address.to_string())
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanisms", "PLAIN")
+        .set("sasl.username", "alice")
+        .set("sasl.password", "alice-secret")
+        .set("linger.ms", "0")
+        .create()
+        .unwrap();
+    let value = vec![b'v'; 900_000];
+    producer
+        .send(BaseRecord::<(), _>::to("large").payload(&value))
+        .map_err(|(e, _)| e)
+        .unwrap();
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let stats = http_get(&broker.http, "/metrics").1;
+    assert!(
+        stats
+            .lines()
+            .any(|l| l.starts_with("kafka_topic_records_in_total{topic=\"large\"} 1")),
+        "the large record was not appended:\n{stats}"
+    );
 }

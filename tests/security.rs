@@ -22,15 +22,15 @@ const ALICE_PASSWORD: &str = "alice-pw-7f3a9c";
 const BOB_PASSWORD: &str = "bob-pw-e41d27";
 
 /// PEM files of a CA, a server certificate and a client certificate signed by it.
-struct Certificates {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
+pub(crate) struct Certificates {
+    pub(crate) ca: PathBuf,
+    pub(crate) server_cert: PathBuf,
+    pub(crate) server_key: PathBuf,
+    pub(crate) client_cert: PathBuf,
+    pub(crate) client_key: PathBuf,
 }
 
-fn certificates(dir: &Path) -> Certificates {
+pub(crate) fn certificates(dir: &Path) -> Certificates {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();

@@ -96,6 +96,16 @@ pub struct BrokerConfig {
     /// Close a connection that sent no request for this long (Kafka `connections.max.idle.ms`).
     /// Default 10 minutes.
     pub connections_max_idle_ms: u64,
+    /// Close a connection whose request did not arrive whole within this long of its first
+    /// byte, giving back the memory it held (a client sending a byte every few seconds, or
+    /// stalling half-way through a large request). A per-request deadline: Kafka has none
+    /// (its `connections.max.idle.ms` counts from the last byte). Raise it for very large
+    /// requests over slow links. Default 30000.
+    pub request_receive_timeout_ms: u64,
+    /// Largest request read before a connection on a SASL listener has authenticated (Kafka
+    /// `sasl.server.max.receive.size`); a larger one closes the connection before anything is
+    /// read. Default 524288 (512 KiB).
+    pub sasl_server_max_receive_size: i32,
     /// Connections open at once across every listener (Kafka `max.connections`); past it a new
     /// connection is closed at once, counted and logged (once a minute), so the client fails
     /// fast and retries instead of waiting in the accept queue. The broker also keeps enough
@@ -219,6 +229,8 @@ impl Default for BrokerConfig {
             message_max_bytes: 1_048_588,
             socket_request_max_bytes: 104_857_600,
             connections_max_idle_ms: 600_000,
+            request_receive_timeout_ms: 30_000,
+            sasl_server_max_receive_size: 524_288,
             max_connections: 10_000,
             max_connections_per_ip: None,
             max_connections_per_ip_overrides: BTreeMap::new(),

@@ -8,9 +8,23 @@
 //! Requests on one connection are served one at a time, which keeps responses in request
 //! order as the protocol requires; clients pipeline many requests per connection, so reading
 //! and writing are buffered and a response is flushed only when no further whole request is
-//! already waiting. The size is checked against `socket.request.max.bytes` before anything is
-//! allocated. Anything the broker cannot make sense of (a bad size, an unknown API or version,
-//! a body that does not decode) closes this connection only, with a log line.
+//! already waiting. Anything the broker cannot make sense of (a bad size, an unknown API or
+//! version, a body that does not decode) closes this connection only, with a log line.
+//!
+//! What a request can make the broker hold, whatever the client sends:
+//! - its announced size is checked against `socket.request.max.bytes` (before SASL
+//!   authentication, against `sasl.server.max.receive.size`) and a larger one closes the
+//!   connection before anything is allocated;
+//! - its memory is taken as its bytes arrive, not from the size it announces: a request of up
+//!   to [`SMALL_REQUEST`] bytes is read in one buffer of the connection's own (one request at
+//!   a time per connection, so `max_connections` bounds them all); a larger one draws on the
+//!   shared `queued.max.request.bytes` in growing steps, each taken once bytes are waiting to
+//!   fill it. A client announcing 100 MiB and sending 4 bytes holds one step, and every small
+//!   request (ApiVersions, metadata, heartbeats, commits, most fetches) is read without waiting
+//!   on the large ones;
+//! - it must arrive whole within `request_receive_timeout_ms` of its first byte, or the
+//!   connection is closed and what it held is given back (a slow-loris client, a stalled
+//!   upload, large requests that wait on each other for room in a full pool).
 //!
 //! A connection arrives on a [`Listener`]: plain TCP, or TLS (the handshake made in the
 //! connection's task, with a timeout); on a SASL listener it must authenticate before
@@ -32,7 +46,10 @@ use std::time::Duration;
 use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+    BufWriter,
+};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_rustls::TlsAcceptor;
@@ -47,7 +64,10 @@ use crate::stats::ListenerCounters;
 /// Smallest request: api key, version, correlation id.
 const MIN_REQUEST: usize = 8;
 const BUFFER: usize = 64 * 1024;
-/// How much more room a frame being read gets at a time.
+/// Requests up to this size are read without drawing on `queued.max.request.bytes`.
+pub(crate) const SMALL_REQUEST: usize = BUFFER;
+/// The most a large request's memory grows by at a time; steps double from
+/// [`SMALL_REQUEST`] up to it.
 const GROWTH: usize = 1 << 20;
 /// File ranges smaller than this are copied through the write buffer: below it, the extra
 /// system calls of sending them separately cost more than the copy saves.
@@ -62,6 +82,10 @@ pub(crate) struct Limits {
     pub(crate) max_request: usize,
     /// connections.max.idle.ms
     pub(crate) idle: Duration,
+    /// request_receive_timeout_ms: from a request's first byte to its last.
+    pub(crate) receive: Duration,
+    /// sasl.server.max.receive.size: the largest request before SASL authentication.
+    pub(crate) max_unauthenticated: usize,
 }
 
 /// A listener as its connections see it.
@@ -108,6 +132,15 @@ pub(crate) enum ConnectionError {
     Storage(#[from] StorageError),
     #[error("request of {size} bytes refused: socket.request.max.bytes is {max}")]
     TooLarge { size: i64, max: usize },
+    #[error(
+        "request of {size} bytes before SASL authentication refused: \
+         sasl_server_max_receive_size is {max}"
+    )]
+    TooLargeUnauthenticated { size: i64, max: usize },
+    #[error(
+        "request not received whole within {0:?} of its first byte (request_receive_timeout_ms)"
+    )]
+    ReceiveTimeout(Duration),
     #[error("request of {0} bytes is too short to hold a header")]
     TooShort(i64),
     #[error("api key {0} is not served")]
@@ -218,14 +251,35 @@ async fn serve_stream<S: Transport>(
         (!listener.mechanisms.is_empty()).then(|| Authenticator::new(listener.mechanisms.clone()));
     let result: Result<(), ConnectionError> = async {
         loop {
-            let frame = tokio::select! {
-                frame = tokio::time::timeout(limits.idle, read_frame(&mut stream, limits.max_request, &ctx.limits)) => match frame {
-                    Ok(frame) => frame?,
+            // Between requests the connection may be idle up to connections.max.idle.ms; from
+            // a request's first byte, it has request_receive_timeout_ms to send the rest.
+            let started = tokio::select! {
+                ready = tokio::time::timeout(limits.idle, stream.fill_buf()) => match ready {
+                    Ok(ready) => !ready?.is_empty(),
                     Err(_) => return Err(ConnectionError::Idle(limits.idle)),
                 },
                 _ = ctx.shutdown.cancelled() => return Ok(()),
             };
-            let Some((frame, memory)) = frame else { return Ok(()) };
+            if !started {
+                return Ok(());
+            }
+            let unauthenticated = auth.as_ref().is_some_and(|a| !a.is_authenticated());
+            let max = if unauthenticated {
+                limits.max_request.min(limits.max_unauthenticated)
+            } else {
+                limits.max_request
+            };
+            let (frame, memory) = tokio::select! {
+                frame = tokio::time::timeout(limits.receive, read_frame(&mut stream, max, &ctx.limits)) => match frame {
+                    Ok(Ok(frame)) => frame,
+                    Ok(Err(ConnectionError::TooLarge { size, max })) if unauthenticated => {
+                        return Err(ConnectionError::TooLargeUnauthenticated { size, max });
+                    }
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => return Err(ConnectionError::ReceiveTimeout(limits.receive)),
+                },
+                _ = ctx.shutdown.cancelled() => return Ok(()),
+            };
             let served = SESSION.scope(Arc::clone(&session), handle(&ctx, frame, &mut auth));
             let served = served.await?;
             // The request's bytes are gone once it is answered.
@@ -269,6 +323,22 @@ async fn serve_stream<S: Transport>(
         Err(e @ (ConnectionError::Idle(_) | ConnectionError::AuthenticationRefused)) => {
             tracing::debug!(%peer, %listener, error = %e, "closing connection")
         }
+        Err(
+            e @ (ConnectionError::ReceiveTimeout(_)
+            | ConnectionError::TooLargeUnauthenticated { .. }),
+        ) => {
+            let counter = match e {
+                ConnectionError::ReceiveTimeout(_) => &counters.receive_timeouts,
+                _ => &counters.unauthenticated_too_large,
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match ctx.limits.malformed.due(&peer.ip()) {
+                Some(suppressed) => {
+                    tracing::warn!(%peer, %listener, error = %e, suppressed, "closing connection")
+                }
+                None => tracing::debug!(%peer, %listener, error = %e, "closing connection"),
+            }
+        }
         Err(e @ (ConnectionError::Unauthenticated(_) | ConnectionError::SaslHandshakeV0)) => {
             tracing::info!(%peer, %listener, error = %e, "closing connection")
         }
@@ -297,20 +367,16 @@ fn whole_frame_buffered(buffer: &[u8]) -> bool {
     }
 }
 
-/// Reads one frame, with its share of `queued.max.request.bytes` (waited for before the
-/// body is read, so a request that does not fit stays unread in the socket); `None` at a
-/// clean end of stream.
-async fn read_frame<R: AsyncReadExt + Unpin>(
+/// Reads one frame whose first bytes are waiting, with the share of
+/// `queued.max.request.bytes` it took (none for a small one); the memory is taken as the bytes
+/// arrive (see the module's documentation). The caller bounds how long it may take.
+async fn read_frame<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     max_request: usize,
     limits: &crate::limits::Limits,
-) -> Result<Option<(BytesMut, OwnedSemaphorePermit)>, ConnectionError> {
+) -> Result<(BytesMut, Option<OwnedSemaphorePermit>), ConnectionError> {
     let mut size = [0u8; 4];
-    match reader.read_exact(&mut size).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.into()),
-    }
+    reader.read_exact(&mut size).await?;
     let size = i64::from(i32::from_be_bytes(size));
     if size > max_request as i64 || size < 0 {
         return Err(ConnectionError::TooLarge {
@@ -321,19 +387,37 @@ async fn read_frame<R: AsyncReadExt + Unpin>(
     if (size as usize) < MIN_REQUEST {
         return Err(ConnectionError::TooShort(size));
     }
-    // Memory grows with the bytes that actually arrive, not with the size a client announces:
-    // a client announcing 100 MiB and sending nothing costs one small buffer.
     let size = size as usize;
-    let memory = limits.request_memory(size).await;
-    let mut frame = BytesMut::with_capacity(size.min(GROWTH));
+    let mut memory: Option<OwnedSemaphorePermit> = None;
+    let mut frame = BytesMut::new();
+    // Room taken for the frame so far (and, past SMALL_REQUEST, from the shared pool).
+    let mut room = 0;
     while frame.len() < size {
-        frame.reserve((size - frame.len()).min(GROWTH));
-        let wanted = (size - frame.len()) as u64;
+        if room == frame.len() {
+            // Only once bytes are waiting to fill it is more room taken.
+            if reader.fill_buf().await?.is_empty() {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+            }
+            let step = if size <= SMALL_REQUEST {
+                size
+            } else {
+                let step = (size - room).min(room.max(SMALL_REQUEST)).min(GROWTH);
+                let permit = limits.request_memory(step).await;
+                match memory.as_mut() {
+                    Some(memory) => memory.merge(permit),
+                    None => memory = Some(permit),
+                }
+                step
+            };
+            frame.reserve(step);
+            room += step;
+        }
+        let wanted = (room - frame.len()) as u64;
         if reader.take(wanted).read_buf(&mut frame).await? == 0 {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
         }
     }
-    Ok(Some((frame, memory)))
+    Ok((frame, memory))
 }
 
 /// Serves one request frame; returns the response frame unless the API sends none. Before

@@ -286,6 +286,9 @@ impl Broker {
         let limits = connection::Limits {
             max_request: config.socket_request_max_bytes as usize,
             idle: Duration::from_millis(config.connections_max_idle_ms.max(1)),
+            receive: Duration::from_millis(config.request_receive_timeout_ms.max(1)),
+            max_unauthenticated: usize::try_from(config.sasl_server_max_receive_size.max(1))
+                .unwrap_or(usize::MAX),
         };
         let mut listeners = Vec::new();
         for (socket, local_addr, settings) in bound {

@@ -193,6 +193,11 @@ fn broker_entries(ctx: &Context) -> Vec<ConfigEntry> {
             LONG,
         ),
         entry(
+            "sasl.server.max.receive.size",
+            c.sasl_server_max_receive_size.to_string(),
+            INT,
+        ),
+        entry(
             "socket.request.max.bytes",
             c.socket_request_max_bytes.to_string(),
             INT,

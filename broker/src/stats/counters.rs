@@ -50,6 +50,12 @@ pub(crate) struct ListenerCounters {
     pub(crate) refused: AtomicU64,
     /// Connections closed because a request could not be made sense of.
     pub(crate) malformed: AtomicU64,
+    /// Connections closed because a request did not arrive whole within
+    /// `request_receive_timeout_ms` of its first byte.
+    pub(crate) receive_timeouts: AtomicU64,
+    /// Connections closed because a request before SASL authentication was larger than
+    /// `sasl_server_max_receive_size`.
+    pub(crate) unauthenticated_too_large: AtomicU64,
 }
 
 impl ListenerCounters {
@@ -60,6 +66,8 @@ impl ListenerCounters {
             closed: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
+            receive_timeouts: AtomicU64::new(0),
+            unauthenticated_too_large: AtomicU64::new(0),
         }
     }
 }

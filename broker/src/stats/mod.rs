@@ -185,6 +185,12 @@ pub struct ListenerStats {
     /// Connections closed since start because a request could not be made sense of (a bad
     /// size, an unknown API or version, a body that does not decode).
     pub malformed: u64,
+    /// Connections closed since start because a request did not arrive whole within
+    /// `request_receive_timeout_ms` of its first byte.
+    pub receive_timeouts: u64,
+    /// Connections closed since start because a request before SASL authentication was
+    /// larger than `sasl_server_max_receive_size`.
+    pub unauthenticated_too_large: u64,
 }
 
 /// A consumer group.
@@ -426,6 +432,8 @@ impl BrokerObserver {
                     closed,
                     refused: l.refused.load(Relaxed),
                     malformed: l.malformed.load(Relaxed),
+                    receive_timeouts: l.receive_timeouts.load(Relaxed),
+                    unauthenticated_too_large: l.unauthenticated_too_large.load(Relaxed),
                 }
             })
             .collect()

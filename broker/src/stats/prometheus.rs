@@ -24,6 +24,8 @@
 //! | `kafka_connections_closed_total` | counter | listener | connections closed |
 //! | `kafka_connections_refused_total` | counter | listener | connections refused by a limit or for want of descriptors |
 //! | `kafka_connections_malformed_total` | counter | listener | connections closed for a request that made no sense |
+//! | `kafka_connections_receive_timeouts_total` | counter | listener | connections closed for a request not received whole within `request_receive_timeout_ms` |
+//! | `kafka_connections_unauthenticated_too_large_total` | counter | listener | connections closed for a request before SASL authentication larger than `sasl_server_max_receive_size` |
 //! | `kafka_queued_request_bytes` | gauge | | bytes of requests read and not yet answered |
 //! | `kafka_group_members` | gauge | group, state | members of a group |
 //! | `kafka_group_committed_offset` | gauge | group, topic, partition | committed offset |
@@ -314,6 +316,32 @@ fn encode_connections(
         encoder,
         "kafka_connections_malformed",
         "Client connections closed because a request could not be made sense of, by listener.",
+        MetricType::Counter,
+        rows,
+        counter,
+    )?;
+    let rows = stats
+        .connections
+        .iter()
+        .map(|l| (labels(l), l.receive_timeouts));
+    family(
+        encoder,
+        "kafka_connections_receive_timeouts",
+        "Client connections closed because a request did not arrive whole within \
+         request_receive_timeout_ms of its first byte, by listener.",
+        MetricType::Counter,
+        rows,
+        counter,
+    )?;
+    let rows = stats
+        .connections
+        .iter()
+        .map(|l| (labels(l), l.unauthenticated_too_large));
+    family(
+        encoder,
+        "kafka_connections_unauthenticated_too_large",
+        "Client connections closed because a request before SASL authentication was larger \
+         than sasl_server_max_receive_size, by listener.",
         MetricType::Counter,
         rows,
         counter,
