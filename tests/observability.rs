@@ -791,3 +791,131 @@ sinks:
     );
     drop(agent);
 }
+
+/// `agent broker` alone in `dir`, on `port` (the same across restarts).
+fn broker_on(dir: &std::path::Path, port: u16) -> Agent {
+    std::fs::create_dir_all(dir).unwrap();
+    let config = format!("broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n");
+    let broker = Agent::start(dir, &config);
+    wait_until(Duration::from_secs(30), "the broker to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    broker
+}
+
+/// A kafka sink whose broker is SIGKILLed while events wait: librdkafka reports every broker
+/// down at once, so `/health` fails within `unhealthy_after` and a few seconds, naming the
+/// sink and the broker (before, it answered 200 until a record timed out, five minutes
+/// later); with the broker back, `/health` is 200 within 10 s and every line is delivered.
+#[test]
+fn health_fails_within_seconds_of_a_dead_kafka_and_recovers_when_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker_port = harness::free_port();
+    let bootstrap = format!("127.0.0.1:{broker_port}");
+    let mut broker = broker_on(&dir.path().join("broker"), broker_port);
+    let lines_port = harness::free_port();
+    let pipeline = dir.path().join("pipeline");
+    std::fs::create_dir_all(&pipeline).unwrap();
+    let config = format!(
+        r#"
+agent:
+  data_dir: ./state
+  http: 127.0.0.1:0
+  unhealthy_after: 3s
+sources:
+  lines:
+    type: netcat
+    channels: [buffer]
+    bind: 127.0.0.1
+    port: {lines_port}
+channels:
+  buffer:
+    type: memory
+    capacity: 10000
+sinks:
+  out:
+    type: kafka
+    channel: buffer
+    bootstrap_servers: {bootstrap}
+    topic: health
+"#
+    );
+    let agent = Agent::start(&pipeline, &config);
+    let address = http_address(&agent);
+    // Each line sent, then its `OK` read: a line is the source's once acknowledged.
+    let send = |from: usize, to: usize| {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", lines_port)).unwrap();
+        for i in from..to {
+            writeln!(stream, "line-{i}").unwrap();
+        }
+        let mut acks = std::io::BufReader::new(stream);
+        for _ in from..to {
+            let mut ok = String::new();
+            std::io::BufRead::read_line(&mut acks, &mut ok).unwrap();
+            assert_eq!(ok, "OK\n");
+        }
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "the netcat source to listen",
+        || std::net::TcpStream::connect(("127.0.0.1", lines_port)).is_ok(),
+    );
+    send(0, 100);
+    wait_until(Duration::from_secs(30), "the first lines delivered", || {
+        scrape(&address)
+            .is_some_and(|s| value(&s, "ferry_sink_event_drain_success_total", "out") >= 100.0)
+    });
+    assert_eq!(get(&address, "/health").0, 200);
+
+    broker.signal(Signal::SIGKILL);
+    broker.wait(Duration::from_secs(10));
+    let killed = std::time::Instant::now();
+    send(100, 200);
+    wait_until(Duration::from_secs(20), "/health to answer 503", || {
+        get(&address, "/health").0 == 503
+    });
+    let took = killed.elapsed();
+    let failed_after = took;
+    assert!(
+        took <= Duration::from_secs(3 + 5),
+        "/health answered 503 {took:?} after the broker died, more than unhealthy_after + 5 s"
+    );
+    let (_, health) = json(&address, "/health");
+    let failing = health["failing"].as_array().unwrap();
+    assert_eq!(failing.len(), 1, "{health}");
+    assert_eq!(failing[0]["component"], "SINK.out", "{health}");
+    let error = failing[0]["error"].as_str().unwrap();
+    assert!(
+        error.contains(&bootstrap),
+        "the broker is not named: {health}"
+    );
+
+    let broker = broker_on(&dir.path().join("broker"), broker_port);
+    let back = std::time::Instant::now();
+    wait_until(Duration::from_secs(20), "/health to answer 200", || {
+        get(&address, "/health").0 == 200
+    });
+    let took = back.elapsed();
+    println!("/health: 503 {failed_after:?} after the broker died, 200 {took:?} after it was back");
+    assert!(
+        took <= Duration::from_secs(10),
+        "/health answered 200 {took:?} after the broker came back, more than 10 s"
+    );
+    let consumed = harness::agent_ok(&[
+        "console-consumer",
+        "--bootstrap-server",
+        &bootstrap,
+        "--topic",
+        "health",
+        "--from-beginning",
+        "--max-messages",
+        "200",
+        "--timeout-ms",
+        "30000",
+    ]);
+    let mut lines: Vec<&str> = consumed.lines().collect();
+    lines.sort_unstable();
+    lines.dedup();
+    assert_eq!(lines.len(), 200, "every line once at least: {consumed}");
+    drop(broker);
+}

@@ -67,6 +67,12 @@ struct Status {
     /// Whether `failure` holds something: checked before locking it on every success.
     failing: AtomicBool,
     failure: Mutex<Option<Failure>>,
+    /// Whether `unreachable` holds something.
+    cut_off: AtomicBool,
+    /// What the component's client reported it cannot reach, and since when: known before
+    /// any delivery fails (a dead broker is seen when its connection drops, a record times
+    /// out only minutes later).
+    unreachable: Mutex<Option<Failure>>,
 }
 
 /// Upper bounds of the latency buckets, in seconds: Prometheus' default buckets with a finer
@@ -252,7 +258,8 @@ impl ComponentMetrics {
         });
         self.status.failing.store(true, Ordering::Relaxed);
     }
-    /// Records a success: the failures in a row are over. Cheap when there were none.
+    /// Records a success: the failures in a row are over, and whatever the component
+    /// delivered to is reachable. Cheap when there were none.
     pub fn succeeded(&self) {
         if self.status.failing.swap(false, Ordering::Relaxed) {
             self.counter("ConsecutiveFailures").set(0);
@@ -262,14 +269,59 @@ impl ComponentMetrics {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = None;
         }
+        self.reachable();
     }
-    /// The failure the component has not recovered from, if any.
+    /// Records that the component cannot reach its destination or input (`message` says
+    /// which and why), as its client reports it, before any delivery fails; the first
+    /// report's time is kept until [`reachable`](Self::reachable) or a success.
+    pub fn unreachable(&self, message: impl std::fmt::Display) {
+        let mut unreachable = self
+            .status
+            .unreachable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let since = unreachable
+            .as_ref()
+            .map_or_else(SystemTime::now, |failure| failure.since);
+        *unreachable = Some(Failure {
+            message: message.to_string(),
+            since,
+        });
+        self.status.cut_off.store(true, Ordering::Relaxed);
+    }
+    /// Whether the component's client reported that it cannot reach its destination or input,
+    /// and did not reach it since.
+    pub fn is_unreachable(&self) -> bool {
+        self.status.cut_off.load(Ordering::Relaxed)
+    }
+    /// Records that the component's client reaches its destination or input again.
+    pub fn reachable(&self) {
+        if self.status.cut_off.swap(false, Ordering::Relaxed) {
+            *self
+                .status
+                .unreachable
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+    /// The failure the component has not recovered from, if any: a failed delivery or take,
+    /// else what its client cannot reach.
     pub fn failure(&self) -> Option<Failure> {
-        if !self.status.failing.load(Ordering::Relaxed) {
+        if self.status.failing.load(Ordering::Relaxed)
+            && let Some(failure) = self
+                .status
+                .failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        {
+            return Some(failure);
+        }
+        if !self.status.cut_off.load(Ordering::Relaxed) {
             return None;
         }
         self.status
-            .failure
+            .unreachable
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -299,6 +351,29 @@ mod tests {
         assert_eq!(metrics.counter("ConsecutiveFailures").get(), 2);
         metrics.succeeded();
         assert!(metrics.failure().is_none());
+        assert_eq!(metrics.counter("ConsecutiveFailures").get(), 0);
+    }
+
+    #[test]
+    fn what_a_client_cannot_reach_is_a_failure_until_reached_or_delivered_to() {
+        let metrics = ComponentMetrics::new("sink", "k1");
+        metrics.unreachable("cannot reach 127.0.0.1:9092");
+        let first = metrics.failure().unwrap();
+        assert_eq!(first.message, "cannot reach 127.0.0.1:9092");
+        metrics.unreachable("still cannot reach 127.0.0.1:9092");
+        assert_eq!(metrics.failure().unwrap().since, first.since);
+        // A delivery failure is named first; the reachability stays.
+        metrics.failed("record timed out");
+        assert_eq!(metrics.failure().unwrap().message, "record timed out");
+        metrics.reachable();
+        assert_eq!(metrics.failure().unwrap().message, "record timed out");
+        metrics.unreachable("cannot reach 127.0.0.1:9092");
+        metrics.succeeded();
+        assert!(metrics.failure().is_none());
+        metrics.unreachable("cannot reach 127.0.0.1:9092");
+        metrics.reachable();
+        assert!(metrics.failure().is_none());
+        // Unreachable alone does not count as a failed attempt.
         assert_eq!(metrics.counter("ConsecutiveFailures").get(), 0);
     }
 

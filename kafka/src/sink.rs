@@ -570,6 +570,7 @@ impl Sink for KafkaSink {
     }
 
     async fn start(&mut self, ctx: &SinkContext) -> Result<(), SinkError> {
+        self.connection.report_to(&ctx.metrics, &mut self.client);
         if self.config.delivery == Delivery::ExactlyOnce {
             // The producer is made before the first batch, so an unreachable cluster is
             // retried like any failed delivery.

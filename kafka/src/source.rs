@@ -258,6 +258,14 @@ impl ClientContext for RebalanceContext {
     ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
         self.token.oauth_token()
     }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.token.client_error(error, reason);
+    }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        self.token.client_statistics(statistics);
+    }
 }
 
 impl ConsumerContext for RebalanceContext {
@@ -490,16 +498,19 @@ impl Source for KafkaSource {
             tracing::info!(source = %name, partitions = offsets.len(), "kafka source resumes from its checkpoint");
             shared.lock().unwrap_or_else(|e| e.into_inner()).sent = offsets;
         }
+        // What the consumer cannot reach fails the source's /health within seconds.
+        let mut connection = self.connection.clone();
+        let mut client = self.client.clone();
+        connection.report_to(ctx.metrics(), &mut client);
         let context = RebalanceContext {
-            token: self.connection.context(),
+            token: connection.context(),
             source: name.clone(),
             ctx: ctx.clone(),
             shared: Arc::clone(&shared),
         };
-        let consumer: StreamConsumer<RebalanceContext> =
-            self.client
-                .create_with_context(context)
-                .map_err(|e| ClientError::kafka("creating the Kafka consumer", e))?;
+        let consumer: StreamConsumer<RebalanceContext> = client
+            .create_with_context(context)
+            .map_err(|e| ClientError::kafka("creating the Kafka consumer", e))?;
         let subscription: Vec<String> = match &self.config.topics_regex {
             // librdkafka reads a name starting with `^` as a regular expression.
             Some(regex) if regex.starts_with('^') => vec![regex.clone()],

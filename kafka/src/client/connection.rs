@@ -13,7 +13,8 @@ use ferry_core::{ComponentConfig, ConfigError};
 use rdkafka::ClientConfig;
 
 use super::security::{
-    OPTIONS, Security, SecurityOptions, TokenContext, java_only, option_of_property,
+    OPTIONS, Security, SecurityOptions, TokenContext, WATCH_INTERVAL_MS, Watcher, java_only,
+    option_of_property,
 };
 
 /// Which Kafka component, for the Flume names of its options.
@@ -87,6 +88,8 @@ const NAMES: [&str; 11] = [
 pub struct Connection {
     bootstrap_servers: String,
     security: Security,
+    /// Whose metrics the clients report to (see [`Connection::report_to`]).
+    watcher: Option<ferry_core::ComponentMetrics>,
 }
 
 impl Connection {
@@ -116,6 +119,7 @@ impl Connection {
             Self {
                 bootstrap_servers,
                 security,
+                watcher: None,
             },
             own,
         ))
@@ -158,6 +162,7 @@ impl Connection {
         Self {
             bootstrap_servers: bootstrap_servers.to_owned(),
             security: Security::default(),
+            watcher: None,
         }
     }
 
@@ -180,9 +185,36 @@ impl Connection {
     }
 
     /// The client context every client of this connection is made with (it hands over the
-    /// OAUTHBEARER token).
+    /// OAUTHBEARER token, and reports to the component's metrics once
+    /// [`report_to`](Self::report_to) was called).
     pub(crate) fn context(&self) -> TokenContext {
-        self.security.token_context()
+        let watcher = self.watcher.as_ref().map(|metrics| Watcher {
+            metrics: metrics.clone(),
+            bootstrap_servers: self.bootstrap_servers.as_str().into(),
+        });
+        self.security.token_context().watched_by(watcher)
+    }
+
+    /// From now on the clients made with [`context`](Self::context) and `client` (settings
+    /// made from this connection) report what they cannot reach to `metrics`, so the
+    /// component's `/health` fails within seconds of a dead cluster. `client` gets the settings
+    /// that needs unless it has them: librdkafka's statistics every second (how a broker is
+    /// seen up again) and reconnection attempts at most a second apart (the Java client's
+    /// `reconnect.backoff.max.ms`; librdkafka waits up to 10 s).
+    pub(crate) fn report_to(
+        &mut self,
+        metrics: &ferry_core::ComponentMetrics,
+        client: &mut ClientConfig,
+    ) {
+        self.watcher = Some(metrics.clone());
+        for (property, value) in [
+            ("statistics.interval.ms", WATCH_INTERVAL_MS),
+            ("reconnect.backoff.max.ms", "1000"),
+        ] {
+            if client.get(property).is_none() {
+                client.set(property, value);
+            }
+        }
     }
 
     /// A consumer of `group` that commits only what it is told to: no automatic commits or

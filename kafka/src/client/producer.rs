@@ -122,6 +122,14 @@ impl ClientContext for DeliveryReports {
     ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
         self.0.oauth_token()
     }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.0.client_error(error, reason);
+    }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        self.0.client_statistics(statistics);
+    }
 }
 
 impl ProducerContext for DeliveryReports {

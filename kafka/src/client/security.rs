@@ -568,6 +568,7 @@ impl Security {
     pub(crate) fn token_context(&self) -> TokenContext {
         TokenContext {
             token: self.oauth_token().cloned().map(Arc::new),
+            watcher: None,
         }
     }
 }
@@ -606,10 +607,80 @@ fn check_readable(path: &Path) -> std::io::Result<()> {
 
 /// The client context of every Kafka client the components make: it hands librdkafka the
 /// static OAUTHBEARER token when it asks (librdkafka asks only with `sasl.mechanism`
-/// OAUTHBEARER, again before the token's lifetime ends).
+/// OAUTHBEARER, again before the token's lifetime ends), and, for a component's clients,
+/// tells the component's `/health` what librdkafka cannot reach (see [`Watcher`]).
 #[derive(Clone, Default)]
 pub struct TokenContext {
     token: Option<Arc<Secret>>,
+    watcher: Option<Watcher>,
+}
+
+/// Where a component's clients report that they cannot reach the cluster: the component's
+/// metrics, whose failure `/health` shows. librdkafka tells at once when all brokers are down,
+/// a name does not resolve or authentication fails (an error callback); a record only fails when
+/// `message.timeout.ms` (5 minutes) runs out, and a consumer never fails. The component is
+/// reachable again when the client reports a broker up (its statistics, every second), or a
+/// delivery succeeds.
+#[derive(Clone)]
+pub(crate) struct Watcher {
+    pub(crate) metrics: ferry_core::ComponentMetrics,
+    pub(crate) bootstrap_servers: Arc<str>,
+}
+
+/// How often a watched client reports its brokers' states (librdkafka's statistics).
+pub(crate) const WATCH_INTERVAL_MS: &str = "1000";
+
+impl Watcher {
+    /// librdkafka's global error `code` (`reason` its text): the errors that mean no broker
+    /// can be used mark the component unreachable.
+    fn error(&self, code: Option<rdkafka::types::RDKafkaErrorCode>, reason: &str) {
+        use rdkafka::types::RDKafkaErrorCode as Code;
+        let cut_off = matches!(
+            code,
+            // One broker's connection dropping (`_TRANSPORT`) is not enough: a cluster's
+            // brokers close idle connections, and the others still serve.
+            Some(
+                Code::AllBrokersDown
+                    | Code::Resolve
+                    | Code::Authentication
+                    | Code::SaslAuthenticationFailed
+                    | Code::SSL
+            )
+        );
+        if cut_off {
+            self.metrics.unreachable(format!(
+                "cannot reach Kafka at {}: {reason}",
+                self.bootstrap_servers
+            ));
+        }
+    }
+
+    /// librdkafka's statistics (JSON): a broker in state `UP` makes the component reachable.
+    /// Read only while it is not.
+    fn statistics(&self, json: &[u8]) {
+        if !self.metrics.is_unreachable() {
+            return;
+        }
+        let Ok(stats) = serde_json::from_slice::<serde_json::Value>(json) else {
+            return;
+        };
+        let up = stats["brokers"].as_object().is_some_and(|brokers| {
+            brokers
+                .values()
+                .any(|b| b["state"] == "UP" && b["nodeid"].as_i64().is_some_and(|id| id >= 0))
+        });
+        if up {
+            self.metrics.reachable();
+        }
+    }
+}
+
+impl TokenContext {
+    /// This context, reporting to `watcher`.
+    pub(crate) fn watched_by(mut self, watcher: Option<Watcher>) -> Self {
+        self.watcher = watcher;
+        self
+    }
 }
 
 impl TokenContext {
@@ -653,6 +724,32 @@ impl rdkafka::ClientContext for TokenContext {
         _config: Option<&str>,
     ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
         self.oauth_token()
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.client_error(error, reason);
+    }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        self.client_statistics(statistics);
+    }
+}
+
+impl TokenContext {
+    /// A global error of librdkafka's: logged (as librdkafka's client does by default) and
+    /// told to the watcher.
+    pub(crate) fn client_error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::error!(target: "librdkafka", "librdkafka: {error}: {reason}");
+        if let Some(watcher) = &self.watcher {
+            watcher.error(error.rdkafka_error_code(), reason);
+        }
+    }
+
+    /// librdkafka's statistics, told to the watcher.
+    pub(crate) fn client_statistics(&self, statistics: &[u8]) {
+        if let Some(watcher) = &self.watcher {
+            watcher.statistics(statistics);
+        }
     }
 }
 
