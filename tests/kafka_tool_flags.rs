@@ -987,6 +987,26 @@ fn groups_describe_members_and_state_of_classic_and_consumer_protocol_groups() {
     // --all-groups --state: one table per group.
     let all = out(&groups(&["--describe", "--state", "--all-groups"]));
     assert_eq!(all.matches("COORDINATOR (ID)").count(), 2, "{all}");
+    // --list --state: Kafka's GROUP STATE table, filtered by the states given (any case).
+    let listed = out(&groups(&["--list", "--state"]));
+    assert_eq!(
+        listed,
+        "GROUP           STATE\nclassic         Stable\nmodern          Stable\n"
+    );
+    assert_eq!(out(&groups(&["--list", "--state", "stable,EMPTY"])), listed);
+    assert_eq!(
+        out(&groups(&["--list", "--state", "Empty"])),
+        "GROUP           STATE\n"
+    );
+    let refused = groups(&["--list", "--state", "Busy"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("Invalid state list 'Busy'. Valid states are: Unknown, PreparingRebalance"),
+        "{refused:?}"
+    );
+    let refused = groups(&["--describe", "--state", "Stable", "--group", "classic"]);
+    assert!(!refused.status.success(), "{refused:?}");
 
     harness::wait_until(
         Duration::from_secs(30),

@@ -49,8 +49,10 @@ pub struct GroupsArgs {
     #[arg(long, requires = "describe")]
     members: bool,
     /// With --describe: the group's coordinator, assignment strategy, state and member count.
-    #[arg(long, requires = "describe")]
-    state: bool,
+    /// With --list: each group's state (GROUP, STATE), only the groups in STATES when given
+    /// (comma-separated, any case, e.g. `Stable,Empty`).
+    #[arg(long, num_args = 0..=1, value_name = "STATES")]
+    state: Option<Option<String>>,
     /// With --describe: offsets and lag per partition (the default).
     #[arg(long, requires = "describe")]
     offsets: bool,
@@ -108,9 +110,17 @@ pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
             .as_deref()
             .context("--group is required for this action")
     };
+    if args.state.is_some() && !args.list && !args.describe {
+        bail!("--state needs --list or --describe");
+    }
     if args.list {
-        for name in group_names(&args.cluster)? {
-            writeln!(out, "{name}")?;
+        match &args.state {
+            None => {
+                for name in group_names(&args.cluster)? {
+                    writeln!(out, "{name}")?;
+                }
+            }
+            Some(states) => list_states(&args.cluster, states.as_deref(), &mut out)?,
         }
     } else if args.describe {
         let names = match args.all_groups {
@@ -120,7 +130,10 @@ pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
         for name in &names {
             if args.members {
                 describe_members(&args.cluster, name, args.verbose, &mut out)?;
-            } else if args.state {
+            } else if let Some(states) = &args.state {
+                if let Some(states) = states {
+                    bail!("--describe --state takes no states (`{states}`): they filter --list");
+                }
                 describe_state(&args.cluster, name, args.verbose, &mut out)?;
             } else {
                 describe(&args.cluster, name, &mut out)?;
@@ -293,6 +306,62 @@ fn consumer_protocol_view(cluster: &ClusterArgs, group: &str) -> Option<GroupVie
         group_epoch: Some(g.group_epoch),
         target_epoch: Some(g.assignment_epoch),
     })
+}
+
+/// The states a group can be in, as Kafka names them (classic and consumer protocol).
+const STATES: [&str; 8] = [
+    "Unknown",
+    "PreparingRebalance",
+    "CompletingRebalance",
+    "Stable",
+    "Dead",
+    "Empty",
+    "Assigning",
+    "Reconciling",
+];
+
+/// `--list --state [STATES]`: each group with its state, as kafka-consumer-groups.sh prints
+/// them (a `GROUP STATE` table, the first column at least 15 wide), only those in `states`
+/// (comma-separated, any case) when given.
+fn list_states(
+    cluster: &ClusterArgs,
+    states: Option<&str>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let wanted: Option<Vec<&str>> = match states {
+        None => None,
+        Some(list) => {
+            let parsed: Option<Vec<&str>> = list
+                .split(',')
+                .map(|s| {
+                    STATES
+                        .iter()
+                        .copied()
+                        .find(|k| k.eq_ignore_ascii_case(s.trim()))
+                })
+                .collect();
+            match parsed {
+                Some(parsed) if !list.trim().is_empty() => Some(parsed),
+                _ => bail!(
+                    "Invalid state list '{list}'. Valid states are: {}",
+                    STATES.join(", ")
+                ),
+            }
+        }
+    };
+    let mut rows = Vec::new();
+    for name in group_names(cluster)? {
+        let state = group_view(cluster, &name)?.state;
+        if wanted.as_ref().is_none_or(|w| w.contains(&state.as_str())) {
+            rows.push((name, state));
+        }
+    }
+    let width = rows.iter().map(|(name, _)| name.len()).fold(15, usize::max);
+    writeln!(out, "{:<width$} STATE", "GROUP")?;
+    for (name, state) in rows {
+        writeln!(out, "{name:<width$} {state}")?;
+    }
+    Ok(())
 }
 
 /// The names of every group of the cluster, sorted.
