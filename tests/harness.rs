@@ -56,11 +56,19 @@ pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> 
 /// An agent running only the bundled broker (`num_partitions` per new topic) in `dir`;
 /// returns it and the broker's address once it accepts connections.
 pub fn broker_agent(dir: &Path, num_partitions: u32) -> (Agent, String) {
+    broker_agent_with(dir, num_partitions, &[])
+}
+
+/// Like `broker_agent`, with more broker settings (`key: value` lines).
+pub fn broker_agent_with(dir: &Path, num_partitions: u32, settings: &[&str]) -> (Agent, String) {
     fs::create_dir_all(dir).unwrap();
     let port = free_port();
-    let config = format!(
+    let mut config = format!(
         "broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n  num_partitions: {num_partitions}\n"
     );
+    for setting in settings {
+        config.push_str(&format!("  {setting}\n"));
+    }
     let agent = Agent::start(dir, &config);
     let bootstrap = format!("127.0.0.1:{port}");
     wait_until(Duration::from_secs(30), "the broker to listen", || {

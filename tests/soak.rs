@@ -13,6 +13,17 @@
 //! ```
 //!
 //! The figures printed (records, rate, RSS) are for the reader; only the books are checked.
+//!
+//! The hostile soak runs the same load while hostile and broken clients work on the broker from
+//! other processes (`tests/hostile_clients.py`): requests mutated from real clients' ones,
+//! connections sending a byte every second, connections announcing 100 MiB and sending 4
+//! bytes, and a flood of connections with broken frames. On top of the books it checks that
+//! every probe (an ApiVersions on a fresh connection, five a second from each hostile process)
+//! is answered within two seconds. Its long run:
+//!
+//! ```sh
+//! FERRY_SOAK_SECONDS=3600 cargo test --release -p ferry-agent --test e2e soak::hostile -- --nocapture
+//! ```
 
 #![allow(clippy::unwrap_used)]
 
@@ -30,7 +41,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::harness::{broker_agent, wait_until};
+use crate::harness::{broker_agent_with, wait_until};
 
 const GROUPS: usize = 5;
 const PARTITIONS: u32 = 10;
@@ -83,6 +94,40 @@ fn client(bootstrap: &str) -> ClientConfig {
 
 #[test]
 fn producers_and_consumer_groups_under_load_keep_the_books_and_the_memory_flat() {
+    soak(&[], false);
+}
+
+/// The same load while hostile clients work on the broker from four other processes; the
+/// broker closes a request that has not arrived whole after 3 s, so the slow ones come and go.
+#[test]
+fn hostile_clients_leave_the_books_the_memory_and_the_liveness_of_the_broker_whole() {
+    soak(&["request_receive_timeout_ms: 3000"], true);
+}
+
+/// The hostile processes, each for `seconds`: mode and its arguments.
+fn hostile_loads(seconds: u64) -> Vec<Vec<String>> {
+    let corpus = crate::harness::repo_root().join("fuzz/corpus/kafka_request");
+    let seconds = seconds.to_string();
+    let load = |args: &[&str]| -> Vec<String> {
+        let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        all.extend(["--seconds".to_owned(), seconds.clone()]);
+        all
+    };
+    vec![
+        load(&[
+            "frames",
+            "--count",
+            "8",
+            "--corpus",
+            corpus.to_str().unwrap(),
+        ]),
+        load(&["trickle", "--count", "200", "--every", "1", "--repeat"]),
+        load(&["hogs", "--count", "64", "--repeat"]),
+        load(&["flood", "--count", "4"]),
+    ]
+}
+
+fn soak(broker_settings: &[&str], hostile: bool) {
     let producers = setting("FERRY_SOAK_PRODUCERS", 20);
     let consumers = setting("FERRY_SOAK_CONSUMERS", 10).max(GROUPS);
     let seconds = setting("FERRY_SOAK_SECONDS", 15) as u64;
@@ -90,7 +135,7 @@ fn producers_and_consumer_groups_under_load_keep_the_books_and_the_memory_flat()
     let per_second = setting("FERRY_SOAK_RECORDS_PER_SECOND", 40);
 
     let dir = tempfile::tempdir().unwrap();
-    let (broker, bootstrap) = broker_agent(dir.path(), PARTITIONS);
+    let (broker, bootstrap) = broker_agent_with(dir.path(), PARTITIONS, broker_settings);
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
 
@@ -234,6 +279,25 @@ fn producers_and_consumer_groups_under_load_keep_the_books_and_the_memory_flat()
         }));
     }
 
+    // The hostile processes, started with the load.
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = crate::harness::repo_root().join("tests/hostile_clients.py");
+    let hostiles: Vec<std::process::Child> = match hostile {
+        false => Vec::new(),
+        true => hostile_loads(seconds)
+            .into_iter()
+            .map(|args| {
+                std::process::Command::new(&python)
+                    .arg(&script)
+                    .arg(&bootstrap)
+                    .args(args)
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    };
+
     // The run, sampling the broker's memory.
     let started = Instant::now();
     let mut rss = Vec::new();
@@ -247,6 +311,20 @@ fn producers_and_consumer_groups_under_load_keep_the_books_and_the_memory_flat()
     }
     let produced = acked.lock().unwrap().len();
     let elapsed = started.elapsed();
+    for child in hostiles {
+        let output = child.wait_with_output().unwrap();
+        let report = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "hostile_clients.py: {report}");
+        let report: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
+        println!("soak: hostile load {report}");
+        let probe = &report["probe"];
+        assert!(probe["answered"].as_u64().unwrap() >= seconds, "{report}");
+        assert_eq!(probe["failed"], 0, "a probe was not answered: {report}");
+        assert!(
+            probe["slowest"].as_f64().unwrap() < 2.0,
+            "a probe took over 2 s: {report}"
+        );
+    }
 
     // Every group catches up with everything acknowledged.
     let total = produced;
