@@ -97,15 +97,20 @@ async def trickle(args, tls, until) -> float | None:
     return result
 
 
+async def connections(args, tls, until):
+    """Fresh connections, one after another until `until` (the caller closes each); a refused
+    one is tried again a moment later."""
+    while time.monotonic() < until:
+        try:
+            yield await connect(args.host, args.port, tls)
+        except (ConnectionError, OSError):
+            await asyncio.sleep(0.01)
+
+
 async def flood(args, tls, until) -> int:
     """Connections opened, given a broken frame and dropped until `until`; returns how many."""
     opened = 0
-    while time.monotonic() < until:
-        try:
-            reader, writer = await connect(args.host, args.port, tls)
-        except (ConnectionError, OSError):
-            await asyncio.sleep(0.01)
-            continue
+    async for reader, writer in connections(args, tls, until):
         opened += 1
         writer.write(struct.pack(">i", 12) + b"\xff\xff\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00")
         try:
@@ -139,12 +144,7 @@ async def frames(args, tls, until, rng: random.Random) -> int:
     """Mutated requests on connection after connection until `until`; returns how many."""
     corpus = [open(os.path.join(args.corpus, f), "rb").read() for f in sorted(os.listdir(args.corpus))]
     sent = 0
-    while time.monotonic() < until:
-        try:
-            reader, writer = await connect(args.host, args.port, tls)
-        except (ConnectionError, OSError):
-            await asyncio.sleep(0.01)
-            continue
+    async for reader, writer in connections(args, tls, until):
         try:
             for _ in range(rng.randint(1, 20)):
                 writer.write(mutated(corpus, rng))

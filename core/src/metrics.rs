@@ -58,6 +58,20 @@ pub struct Failure {
     pub since: SystemTime,
 }
 
+impl Failure {
+    /// Makes `message` the failure in `slot`, keeping the time of the one already there.
+    fn record(slot: &Mutex<Option<Failure>>, message: impl std::fmt::Display) {
+        let mut failure = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let since = failure
+            .as_ref()
+            .map_or_else(SystemTime::now, |failure| failure.since);
+        *failure = Some(Failure {
+            message: message.to_string(),
+            since,
+        });
+    }
+}
+
 #[derive(Debug, Default)]
 struct Status {
     /// Milliseconds since the epoch; 0 until started.
@@ -244,18 +258,7 @@ impl ComponentMetrics {
     /// error.
     pub fn failed(&self, message: impl std::fmt::Display) {
         self.counter("ConsecutiveFailures").inc();
-        let mut failure = self
-            .status
-            .failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let since = failure
-            .as_ref()
-            .map_or_else(SystemTime::now, |failure| failure.since);
-        *failure = Some(Failure {
-            message: message.to_string(),
-            since,
-        });
+        Failure::record(&self.status.failure, message);
         self.status.failing.store(true, Ordering::Relaxed);
     }
     /// Records a success: the failures in a row are over, and whatever the component
@@ -275,18 +278,7 @@ impl ComponentMetrics {
     /// which and why), as its client reports it, before any delivery fails; the first
     /// report's time is kept until [`reachable`](Self::reachable) or a success.
     pub fn unreachable(&self, message: impl std::fmt::Display) {
-        let mut unreachable = self
-            .status
-            .unreachable
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let since = unreachable
-            .as_ref()
-            .map_or_else(SystemTime::now, |failure| failure.since);
-        *unreachable = Some(Failure {
-            message: message.to_string(),
-            since,
-        });
+        Failure::record(&self.status.unreachable, message);
         self.status.cut_off.store(true, Ordering::Relaxed);
     }
     /// Whether the component's client reported that it cannot reach its destination or input,
