@@ -210,6 +210,7 @@ pub(crate) fn decode_records(bytes: &[u8]) -> Option<Vec<kafka_protocol::records
         return None;
     }
     let count = header.record_count as usize;
+    let base_timestamp = i64_at(bytes, 27);
     let checked = |buf: &mut bytes::Bytes, compression: Compression| {
         let plain = |b: &mut bytes::Bytes| Ok(b.clone());
         let records = match compression {
@@ -219,7 +220,20 @@ pub(crate) fn decode_records(bytes: &[u8]) -> Option<Vec<kafka_protocol::records
             Compression::Lz4 => codec::Lz4::decompress(buf, plain)?,
             Compression::Zstd => codec::Zstd::decompress(buf, plain)?,
         };
-        check_records(&records, count).map_err(|why| anyhow::anyhow!(why))?;
+        // The decoder adds each record's deltas to the batch's base offset and timestamp
+        // unchecked: deltas that overflow them (a panic where overflow checks are on, garbage
+        // where not) make the batch undecodable here.
+        let raw = raw_records(&records, count).map_err(|why| anyhow::anyhow!(why))?;
+        let fits = |r: &RawRecord| {
+            i32::try_from(r.offset_delta)
+                .ok()
+                .and_then(|delta| header.base_offset.checked_add(i64::from(delta)))
+                .is_some()
+                && base_timestamp.checked_add(r.timestamp_delta).is_some()
+        };
+        if !raw.iter().all(fits) {
+            anyhow::bail!("a record's offset or timestamp delta overflows the batch's");
+        }
         Ok(records)
     };
     let mut buf = bytes::Bytes::copy_from_slice(&bytes[..header.size]);
