@@ -356,7 +356,8 @@ fn broker_takes_listen_and_data_dir_flags_and_either_kind_of_file() {
         &address,
         &["--describe", "--topic", "flagged"],
     )));
-    assert!(described.contains("\tPartitionCount: 1\t"), "{described}");
+    // Without --partitions: the broker's num_partitions, from the settings file, as Kafka.
+    assert!(described.contains("\tPartitionCount: 3\t"), "{described}");
     assert!(broker.stop().success());
     assert!(data.join("flagged-0").is_dir());
     assert!(!dir.path().join("from-file").exists());
@@ -1093,6 +1094,15 @@ fn groups_describe_members_and_state_of_classic_and_consumer_protocol_groups() {
         String::from_utf8_lossy(&unscoped.stderr).contains("--all-topics, --topic"),
         "{unscoped:?}"
     );
+
+    // --delete takes whole groups: with --topic it would delete more than asked; refused.
+    let refused = groups(&["--delete", "--group", "classic", "--topic", "shared"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("topic-specific offset deletion"),
+        "{refused:?}"
+    );
+    assert!(out(&groups(&["--list"])).contains("classic"));
 
     let deleted = groups(&["--delete", "--all-groups"]);
     assert!(deleted.status.success(), "{deleted:?}");

@@ -69,6 +69,19 @@ fn topics_tool_creates_describes_lists_grows_and_deletes() {
     );
     let listed = agent(&["topics", "--bootstrap-server", b, "--list"], None);
     assert_eq!(stdout(&listed), "first\nsecond\n");
+    // Without --partitions, the broker's num_partitions (2 here), as Kafka.
+    let second = stdout(&agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--describe",
+            "--topic",
+            "second",
+        ],
+        None,
+    ));
+    assert!(second.contains("\tPartitionCount: 2\t"), "{second}");
     let described = stdout(&agent(
         &[
             "topics",
@@ -135,6 +148,33 @@ fn topics_tool_creates_describes_lists_grows_and_deletes() {
     ));
     assert!(described.contains("PartitionCount: 5"), "{described}");
     assert!(described.contains("retention.ms=120000"), "{described}");
+    assert!(described.contains("segment.bytes=1048576"), "{described}");
+    // Another --alter --config changes its key and leaves the other overrides.
+    agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--alter",
+            "--topic",
+            "first",
+            "--config",
+            "retention.ms=180000",
+        ],
+        None,
+    );
+    let described = stdout(&agent(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--describe",
+            "--topic",
+            "first",
+        ],
+        None,
+    ));
+    assert!(described.contains("retention.ms=180000"), "{described}");
     assert!(described.contains("segment.bytes=1048576"), "{described}");
     let deleted = agent(
         &[

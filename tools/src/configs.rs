@@ -286,11 +286,49 @@ async fn alter(
     if changes.is_empty() {
         bail!("--alter needs --add-config or --delete-config");
     }
+    let what = match kind {
+        EntityType::Topics => format!("topic {name}"),
+        EntityType::Brokers => format!("broker {name}"),
+    };
     let resource_type = if kind == EntityType::Topics {
         TOPIC
     } else {
         BROKER
     };
+    incremental_alter(connection, resource_type, name, changes)
+        .await
+        .with_context(|| format!("failed to alter configs of {what}"))?;
+    writeln!(out, "Completed updating config for {what}.")?;
+    Ok(())
+}
+
+/// Sets `pairs` (key, value) on topic `name`, leaving its other overrides as they are
+/// (`agent topics --alter --config`).
+pub(crate) async fn set_topic_configs(
+    connection: &mut Connection,
+    name: &str,
+    pairs: Vec<(String, String)>,
+) -> anyhow::Result<()> {
+    let changes = pairs
+        .into_iter()
+        .map(|(key, value)| {
+            incremental_alter_configs_request::AlterableConfig::default()
+                .with_name(StrBytes::from_string(key))
+                .with_config_operation(SET)
+                .with_value(Some(StrBytes::from_string(value)))
+        })
+        .collect();
+    incremental_alter(connection, TOPIC, name, changes).await
+}
+
+/// One IncrementalAlterConfigs of `changes` on one resource; the error names Kafka's error
+/// and the broker's message.
+async fn incremental_alter(
+    connection: &mut Connection,
+    resource_type: i8,
+    name: &str,
+    changes: Vec<incremental_alter_configs_request::AlterableConfig>,
+) -> anyhow::Result<()> {
     let version = connection.version::<IncrementalAlterConfigsRequest>()?;
     let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
         incremental_alter_configs_request::AlterConfigsResource::default()
@@ -299,17 +337,12 @@ async fn alter(
             .with_configs(changes),
     ]);
     let response = connection.call(version, &request).await?;
-    let what = match kind {
-        EntityType::Topics => format!("topic {name}"),
-        EntityType::Brokers => format!("broker {name}"),
-    };
     for result in response.responses {
         if let Some(e) = ResponseError::try_from_code(result.error_code) {
             let detail = result.error_message.as_deref().unwrap_or_default();
-            bail!("failed to alter configs of {what}: {e}: {detail}");
+            bail!("{e}: {detail}");
         }
     }
-    writeln!(out, "Completed updating config for {what}.")?;
     Ok(())
 }
 

@@ -7,8 +7,7 @@ use clap::Args;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::MetadataRequest;
 use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, NewPartitions, NewTopic, ResourceSpecifier,
-    TopicReplication,
+    AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
 };
 use rdkafka::client::DefaultClientContext;
 
@@ -40,12 +39,14 @@ pub struct TopicsArgs {
     /// must match the whole name, as in Kafka (`'t.*'`); with --create the name itself.
     #[arg(long)]
     topic: Option<String>,
-    /// Number of partitions (create: default 1; alter: the new, larger count).
+    /// Number of partitions (create: default the cluster's `num.partitions`; alter: the new,
+    /// larger count).
     #[arg(long)]
     partitions: Option<i32>,
-    /// Replication factor (the bundled broker is single-node: 1).
-    #[arg(long = "replication-factor", default_value_t = 1)]
-    replication_factor: i32,
+    /// Replication factor (the bundled broker is single-node: 1); default the cluster's
+    /// `default.replication.factor`, as Kafka.
+    #[arg(long = "replication-factor")]
+    replication_factor: Option<i32>,
     /// A topic config `key=value`; repeatable.
     #[arg(long = "config", value_name = "KEY=VALUE")]
     configs: Vec<String>,
@@ -182,10 +183,11 @@ pub fn run(args: TopicsArgs) -> anyhow::Result<()> {
             .topic
             .as_deref()
             .context("--topic is required for --create")?;
+        // -1: the cluster's default (CreateTopics v4, KIP-464).
         let mut new = NewTopic::new(
             name,
-            args.partitions.unwrap_or(1),
-            TopicReplication::Fixed(args.replication_factor),
+            args.partitions.unwrap_or(-1),
+            TopicReplication::Fixed(args.replication_factor.unwrap_or(-1)),
         );
         for pair in &args.configs {
             let (k, v) = split_property(pair)?;
@@ -241,6 +243,7 @@ pub fn run(args: TopicsArgs) -> anyhow::Result<()> {
         }
         for t in &topics {
             alter(
+                &args.cluster,
                 &admin,
                 &rt,
                 &options,
@@ -266,6 +269,7 @@ pub fn run(args: TopicsArgs) -> anyhow::Result<()> {
 }
 
 fn alter(
+    cluster: &ClusterArgs,
     admin: &AdminClient<DefaultClientContext>,
     rt: &tokio::runtime::Runtime,
     options: &AdminOptions,
@@ -284,16 +288,20 @@ fn alter(
         }
     }
     if !configs.is_empty() {
-        let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
+        // Incrementally (IncrementalAlterConfigs SET), so that the topic's other overrides
+        // stay: librdkafka's AlterConfigs would replace them all.
+        let mut pairs = Vec::new();
         for pair in configs {
             let (k, v) = split_property(pair)?;
-            alter = alter.set(k, v);
+            pairs.push((k.to_owned(), v.to_owned()));
         }
-        for result in rt.block_on(admin.alter_configs([&alter], options))? {
-            if let Err((_, code)) = result {
-                bail!("cannot change the configs of {name}: {code}");
-            }
-        }
+        let security = cluster.wire_security()?;
+        rt.block_on(async {
+            let mut connection =
+                Connection::bootstrap(&cluster.bootstrap_server, &security).await?;
+            super::configs::set_topic_configs(&mut connection, name, pairs).await
+        })
+        .with_context(|| format!("cannot change the configs of {name}"))?;
     }
     Ok(())
 }
