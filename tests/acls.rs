@@ -120,6 +120,28 @@ Current ACLs for resource `ResourcePattern(resourceType=GROUP, name=loaders, pat
     ));
     assert_eq!(matching, LOGS_ACLS);
 
+    // --principal is a filter of --list only: with --remove it would read as "this
+    // principal's ACLs" where the removal takes every principal's; refused, nothing removed.
+    let refused = acls(
+        &bootstrap,
+        &[
+            "--remove",
+            "--force",
+            "--topic",
+            "events",
+            "--principal",
+            "User:bob",
+        ],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("The --principal option is only available if --list is set"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(stdout(&acls(&bootstrap, &["--list", "--topic", "events"])).contains("User:alice"));
+
     let removed = acls(
         &bootstrap,
         &[

@@ -190,6 +190,14 @@ impl std::fmt::Display for Entry {
 
 /// Runs `agent acls`.
 pub fn run(args: AclsArgs) -> anyhow::Result<()> {
+    if !args.principal.is_empty() && !args.list {
+        // Kafka's refusal: with --remove, it would otherwise read as "remove this principal's
+        // ACLs" and remove everyone's.
+        bail!(
+            "The --principal option is only available if --list is set: with --add or \
+             --remove name the principals with --allow-principal or --deny-principal"
+        );
+    }
     let mut out = std::io::stdout().lock();
     let security = args.server.wire_security()?;
     runtime()?.block_on(async {

@@ -110,6 +110,13 @@ pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
             .as_deref()
             .context("--group is required for this action")
     };
+    if args.delete && (!args.topic.is_empty() || args.all_topics) {
+        // Kafka's refusal: deleting the whole group is not what was asked.
+        bail!(
+            "The consumer does not support topic-specific offset deletion from a consumer \
+             group: --delete deletes whole groups"
+        );
+    }
     if args.state.is_some() && !args.list && !args.describe {
         bail!("--state needs --list or --describe");
     }
