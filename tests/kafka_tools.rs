@@ -38,6 +38,19 @@ fn topics_tool_creates_describes_lists_grows_and_deletes() {
     let dir = tempfile::tempdir().unwrap();
     let (mut broker, bootstrap) = start_broker(dir.path());
     let b = bootstrap.as_str();
+    let describe = |topic: &str| {
+        stdout(&agent(
+            &[
+                "topics",
+                "--bootstrap-server",
+                b,
+                "--describe",
+                "--topic",
+                topic,
+            ],
+            None,
+        ))
+    };
     let created = agent(
         &[
             "topics",
@@ -70,29 +83,9 @@ fn topics_tool_creates_describes_lists_grows_and_deletes() {
     let listed = agent(&["topics", "--bootstrap-server", b, "--list"], None);
     assert_eq!(stdout(&listed), "first\nsecond\n");
     // Without --partitions, the broker's num_partitions (2 here), as Kafka.
-    let second = stdout(&agent(
-        &[
-            "topics",
-            "--bootstrap-server",
-            b,
-            "--describe",
-            "--topic",
-            "second",
-        ],
-        None,
-    ));
+    let second = describe("second");
     assert!(second.contains("\tPartitionCount: 2\t"), "{second}");
-    let described = stdout(&agent(
-        &[
-            "topics",
-            "--bootstrap-server",
-            b,
-            "--describe",
-            "--topic",
-            "first",
-        ],
-        None,
-    ));
+    let described = describe("first");
     let lines: Vec<&str> = described.lines().collect();
     assert_eq!(lines.len(), 4, "{described}");
     assert!(
@@ -135,17 +128,7 @@ fn topics_tool_creates_describes_lists_grows_and_deletes() {
         ],
         None,
     );
-    let described = stdout(&agent(
-        &[
-            "topics",
-            "--bootstrap-server",
-            b,
-            "--describe",
-            "--topic",
-            "first",
-        ],
-        None,
-    ));
+    let described = describe("first");
     assert!(described.contains("PartitionCount: 5"), "{described}");
     assert!(described.contains("retention.ms=120000"), "{described}");
     assert!(described.contains("segment.bytes=1048576"), "{described}");
@@ -163,17 +146,7 @@ fn topics_tool_creates_describes_lists_grows_and_deletes() {
         ],
         None,
     );
-    let described = stdout(&agent(
-        &[
-            "topics",
-            "--bootstrap-server",
-            b,
-            "--describe",
-            "--topic",
-            "first",
-        ],
-        None,
-    ));
+    let described = describe("first");
     assert!(described.contains("retention.ms=180000"), "{described}");
     assert!(described.contains("segment.bytes=1048576"), "{described}");
     let deleted = agent(
