@@ -10,6 +10,10 @@ Modes (each connection opened once, kept until the broker closes it or the run e
     trickle    each connection sends a small request one byte every --every seconds
     oversized  each connection announces --announce bytes, as a client before SASL
                authentication would, and sends --send bytes of it
+    tls-stall  each connection opens TCP to a TLS listener and sends --send bytes of a TLS
+               record header, never finishing the handshake (the probe uses TLS: --tls-ca)
+    sasl-stall each connection sends a SaslHandshake (PLAIN), reads the answer, and never
+               authenticates
     flood      connections opened and closed as fast as they go, each sending a broken frame
     frames     connections each sending requests mutated from a corpus of real clients'
                requests (--corpus, one frame per file: fuzz/corpus/kafka_request), some with
@@ -69,6 +73,40 @@ async def hog(args, tls, until) -> float | None:
     try:
         await writer.drain()
     except (ConnectionError, OSError):
+        return time.monotonic() - started
+    result = await closed_after(reader, started, until)
+    writer.close()
+    return result
+
+
+async def tls_stall(args, tls, until) -> float | None:
+    reader, writer = await connect(args.host, args.port, None)
+    started = time.monotonic()
+    # A TLS handshake record's header, cut short: content type 22, version 3.1, a length.
+    writer.write(b"\x16\x03\x01\x02\x00"[: args.send])
+    try:
+        await writer.drain()
+    except (ConnectionError, OSError):
+        return time.monotonic() - started
+    result = await closed_after(reader, started, until)
+    writer.close()
+    return result
+
+
+async def sasl_stall(args, tls, until) -> float | None:
+    reader, writer = await connect(args.host, args.port, tls)
+    started = time.monotonic()
+    mechanism, client_id = b"PLAIN", b"stall"
+    body = struct.pack(">hhih", 17, 1, 1, len(client_id)) + client_id
+    body += struct.pack(">h", len(mechanism)) + mechanism
+    writer.write(struct.pack(">i", len(body)) + body)
+    try:
+        await writer.drain()
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        answer = await reader.readexactly(size)
+        if struct.unpack(">h", answer[4:6])[0] != 0:
+            raise ValueError("SaslHandshake refused")
+    except (ConnectionError, OSError, asyncio.IncompleteReadError):
         return time.monotonic() - started
     result = await closed_after(reader, started, until)
     writer.close()
@@ -188,7 +226,10 @@ async def probe(args, tls, until, started: asyncio.Event) -> dict:
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("address")
-    parser.add_argument("mode", choices=["hogs", "trickle", "oversized", "flood", "frames"])
+    parser.add_argument(
+        "mode",
+        choices=["hogs", "trickle", "oversized", "tls-stall", "sasl-stall", "flood", "frames"],
+    )
     parser.add_argument("--corpus", help="frames: the directory of request frames")
     parser.add_argument("--seed", type=int, default=1, help="frames: the random seed")
     parser.add_argument("--count", type=int, default=64)
@@ -225,7 +266,13 @@ async def main() -> int:
         sent = await asyncio.gather(*(frames(args, tls, until, rng) for rng in rngs))
         report["frames"] = sum(sent)
     else:
-        once = {"hogs": hog, "oversized": hog, "trickle": trickle}[args.mode]
+        once = {
+            "hogs": hog,
+            "oversized": hog,
+            "trickle": trickle,
+            "tls-stall": tls_stall,
+            "sasl-stall": sasl_stall,
+        }[args.mode]
 
         async def one(args, tls, until):
             first = await once(args, tls, until)

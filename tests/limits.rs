@@ -899,3 +899,97 @@ fn requests_over_the_sasl_receive_size_are_refused_before_authentication() {
         "the large record was not appended:\n{stats}"
     );
 }
+
+/// Handshakes that never finish hold a connection slot for a bounded time only: 200
+/// connections that open TCP to a TLS listener and send half a record header are closed
+/// `ssl_handshake_timeout_ms` after their accept, and 200 that start a SASL exchange and stop
+/// are closed `sasl_authentication_timeout_ms` after theirs; meanwhile a TLS client is
+/// answered within a second and a SASL producer delivers.
+#[test]
+fn stalled_handshakes_and_sasl_exchanges_are_closed_in_time_and_stop_nobody() {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let dir = tempfile::tempdir().unwrap();
+    let certs = crate::security::certificates(dir.path());
+    let address: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let ssl = format!("127.0.0.1:{}", free_port());
+    let sasl = format!("127.0.0.1:{}", free_port());
+    let listen = format!(
+        "listeners:\n  - {{ address: {address} }}\n  - address: {ssl}\n    \
+         security_protocol: SSL\n    ssl: {{ certificate: {}, key: {} }}\n  \
+         - {{ address: {sasl}, security_protocol: SASL_PLAINTEXT, sasl_mechanisms: [PLAIN] }}\n\
+         users:\n  - {{ name: alice, password: alice-secret }}\n",
+        certs.server_cert.display(),
+        certs.server_key.display()
+    );
+    let broker = Broker::start_listening(
+        dir.path(),
+        &dir.path().join("data"),
+        &listen,
+        address,
+        "ssl_handshake_timeout_ms: 2000\nsasl_authentication_timeout_ms: 2000\n",
+        None,
+    );
+    let ca = certs.ca.display().to_string();
+    let report = hostile_clients(
+        &ssl,
+        "tls-stall",
+        &["--count", "200", "--seconds", "5", "--tls-ca", &ca],
+        || {},
+    );
+    assert_probes_served(&report, 1.0);
+    for after in closed_after(&report, 200) {
+        assert!(
+            (1.5..4.0).contains(&after),
+            "a stalled TLS handshake was closed {after} s after connecting, not after 2 s"
+        );
+    }
+    let timeouts = broker.metric("kafka_connections_handshake_timeouts_total{listener=\"SSL\"");
+    assert!(timeouts >= 200.0, "handshake timeouts counted: {timeouts}");
+
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &sasl)
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanisms", "PLAIN")
+        .set("sasl.username", "alice")
+        .set("sasl.password", "alice-secret")
+        .set("linger.ms", "0")
+        .create()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut delivered = 0;
+    let report = hostile_clients(
+        &sasl,
+        "sasl-stall",
+        &["--count", "200", "--seconds", "5"],
+        || {
+            // The well-behaved SASL client authenticates and produces while they stall.
+            for i in 0..20 {
+                let value = format!("record {i}");
+                let sent = runtime.block_on(producer.send(
+                    FutureRecord::<(), _>::to("behaved").payload(&value),
+                    Duration::from_secs(10),
+                ));
+                assert!(sent.is_ok(), "record {i}: {sent:?}");
+                delivered += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        },
+    );
+    assert_eq!(delivered, 20);
+    assert_probes_served(&report, 1.0);
+    for after in closed_after(&report, 200) {
+        assert!(
+            (1.5..4.0).contains(&after),
+            "a stalled SASL exchange was closed {after} s after connecting, not after 2 s"
+        );
+    }
+    let timeouts = broker
+        .metric("kafka_connections_authentication_timeouts_total{listener=\"SASL_PLAINTEXT\"");
+    assert!(
+        timeouts >= 200.0,
+        "authentication timeouts counted: {timeouts}"
+    );
+}

@@ -106,6 +106,16 @@ pub struct BrokerConfig {
     /// `sasl.server.max.receive.size`); a larger one closes the connection before anything is
     /// read. Default 524288 (512 KiB).
     pub sasl_server_max_receive_size: i32,
+    /// Close a connection on a TLS listener whose handshake is not done within this long of
+    /// its accept (a client that connects and sends nothing, or a partial ClientHello).
+    /// Handshakes are made in the connections' own tasks, so a slow one holds up nobody else;
+    /// this bounds how long each holds its connection slot. Default 10000.
+    pub ssl_handshake_timeout_ms: u64,
+    /// Close a connection on a SASL listener that has not authenticated within this long of
+    /// its accept (after the TLS handshake): a client that starts a SASL exchange and stops,
+    /// or never starts one. Kafka has no such bound (only `connections.max.idle.ms`, 10
+    /// minutes). Default 10000.
+    pub sasl_authentication_timeout_ms: u64,
     /// Connections open at once across every listener (Kafka `max.connections`); past it a new
     /// connection is closed at once, counted and logged (once a minute), so the client fails
     /// fast and retries instead of waiting in the accept queue. The broker also keeps enough
@@ -231,6 +241,8 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: 600_000,
             request_receive_timeout_ms: 30_000,
             sasl_server_max_receive_size: 524_288,
+            ssl_handshake_timeout_ms: 10_000,
+            sasl_authentication_timeout_ms: 10_000,
             max_connections: 10_000,
             max_connections_per_ip: None,
             max_connections_per_ip_overrides: BTreeMap::new(),

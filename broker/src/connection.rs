@@ -72,8 +72,6 @@ const GROWTH: usize = 1 << 20;
 /// File ranges smaller than this are copied through the write buffer: below it, the extra
 /// system calls of sending them separately cost more than the copy saves.
 const SENDFILE_MIN: usize = 64 * 1024;
-/// How long a client has to finish its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Per-connection limits from the broker config.
 #[derive(Debug, Clone, Copy)]
@@ -86,6 +84,10 @@ pub(crate) struct Limits {
     pub(crate) receive: Duration,
     /// sasl.server.max.receive.size: the largest request before SASL authentication.
     pub(crate) max_unauthenticated: usize,
+    /// ssl_handshake_timeout_ms: from accept to the end of the TLS handshake.
+    pub(crate) handshake: Duration,
+    /// sasl_authentication_timeout_ms: from accept (after TLS) to SASL authentication.
+    pub(crate) authentication: Duration,
 }
 
 /// A listener as its connections see it.
@@ -141,6 +143,8 @@ pub(crate) enum ConnectionError {
         "request not received whole within {0:?} of its first byte (request_receive_timeout_ms)"
     )]
     ReceiveTimeout(Duration),
+    #[error("not authenticated within {0:?} (sasl_authentication_timeout_ms)")]
+    AuthenticationTimeout(Duration),
     #[error("request of {0} bytes is too short to hold a header")]
     TooShort(i64),
     #[error("api key {0} is not served")]
@@ -180,7 +184,7 @@ pub(crate) async fn serve(
         return serve_stream(ctx, stream, peer, session, &listener, limits).await;
     };
     let accepted = tokio::select! {
-        accepted = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => accepted,
+        accepted = tokio::time::timeout(limits.handshake, acceptor.accept(stream)) => accepted,
         _ = ctx.shutdown.cancelled() => return,
     };
     let stream = match accepted {
@@ -190,7 +194,18 @@ pub(crate) async fn serve(
             return;
         }
         Err(_) => {
-            tracing::info!(%peer, listener = %listener.name, "TLS handshake timed out");
+            listener
+                .counters
+                .handshake_timeouts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match ctx.limits.malformed.due(&peer.ip()) {
+                Some(suppressed) => tracing::warn!(%peer, listener = %listener.name, suppressed,
+                    timeout = ?limits.handshake, "TLS handshake not done in time \
+                    (ssl_handshake_timeout_ms): closing connection"),
+                None => {
+                    tracing::debug!(%peer, listener = %listener.name, "TLS handshake timed out")
+                }
+            }
             return;
         }
     };
@@ -249,8 +264,13 @@ async fn serve_stream<S: Transport>(
     let mut session = Arc::new(session);
     let mut auth =
         (!listener.mechanisms.is_empty()).then(|| Authenticator::new(listener.mechanisms.clone()));
+    // On a SASL listener, the connection is closed unless it authenticates within the bound;
+    // the sleep is polled only while it has not.
+    let authentication = tokio::time::sleep(limits.authentication);
+    tokio::pin!(authentication);
     let result: Result<(), ConnectionError> = async {
         loop {
+            let unauthenticated = auth.as_ref().is_some_and(|a| !a.is_authenticated());
             // Between requests the connection may be idle up to connections.max.idle.ms; from
             // a request's first byte, it has request_receive_timeout_ms to send the rest.
             let started = tokio::select! {
@@ -258,12 +278,14 @@ async fn serve_stream<S: Transport>(
                     Ok(ready) => !ready?.is_empty(),
                     Err(_) => return Err(ConnectionError::Idle(limits.idle)),
                 },
+                _ = &mut authentication, if unauthenticated => {
+                    return Err(ConnectionError::AuthenticationTimeout(limits.authentication));
+                }
                 _ = ctx.shutdown.cancelled() => return Ok(()),
             };
             if !started {
                 return Ok(());
             }
-            let unauthenticated = auth.as_ref().is_some_and(|a| !a.is_authenticated());
             let max = if unauthenticated {
                 limits.max_request.min(limits.max_unauthenticated)
             } else {
@@ -278,6 +300,9 @@ async fn serve_stream<S: Transport>(
                     Ok(Err(e)) => return Err(e),
                     Err(_) => return Err(ConnectionError::ReceiveTimeout(limits.receive)),
                 },
+                _ = &mut authentication, if unauthenticated => {
+                    return Err(ConnectionError::AuthenticationTimeout(limits.authentication));
+                }
                 _ = ctx.shutdown.cancelled() => return Ok(()),
             };
             let served = SESSION.scope(Arc::clone(&session), handle(&ctx, frame, &mut auth));
@@ -325,10 +350,12 @@ async fn serve_stream<S: Transport>(
         }
         Err(
             e @ (ConnectionError::ReceiveTimeout(_)
+            | ConnectionError::AuthenticationTimeout(_)
             | ConnectionError::TooLargeUnauthenticated { .. }),
         ) => {
             let counter = match e {
                 ConnectionError::ReceiveTimeout(_) => &counters.receive_timeouts,
+                ConnectionError::AuthenticationTimeout(_) => &counters.authentication_timeouts,
                 _ => &counters.unauthenticated_too_large,
             };
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -289,6 +289,8 @@ impl Broker {
             receive: Duration::from_millis(config.request_receive_timeout_ms.max(1)),
             max_unauthenticated: usize::try_from(config.sasl_server_max_receive_size.max(1))
                 .unwrap_or(usize::MAX),
+            handshake: Duration::from_millis(config.ssl_handshake_timeout_ms.max(1)),
+            authentication: Duration::from_millis(config.sasl_authentication_timeout_ms.max(1)),
         };
         let mut listeners = Vec::new();
         for (socket, local_addr, settings) in bound {

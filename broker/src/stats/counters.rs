@@ -56,6 +56,12 @@ pub(crate) struct ListenerCounters {
     /// Connections closed because a request before SASL authentication was larger than
     /// `sasl_server_max_receive_size`.
     pub(crate) unauthenticated_too_large: AtomicU64,
+    /// Connections closed because their TLS handshake was not done within
+    /// `ssl_handshake_timeout_ms`.
+    pub(crate) handshake_timeouts: AtomicU64,
+    /// Connections closed because they had not authenticated within
+    /// `sasl_authentication_timeout_ms`.
+    pub(crate) authentication_timeouts: AtomicU64,
 }
 
 impl ListenerCounters {
@@ -68,6 +74,8 @@ impl ListenerCounters {
             malformed: AtomicU64::new(0),
             receive_timeouts: AtomicU64::new(0),
             unauthenticated_too_large: AtomicU64::new(0),
+            handshake_timeouts: AtomicU64::new(0),
+            authentication_timeouts: AtomicU64::new(0),
         }
     }
 }

@@ -191,6 +191,12 @@ pub struct ListenerStats {
     /// Connections closed since start because a request before SASL authentication was
     /// larger than `sasl_server_max_receive_size`.
     pub unauthenticated_too_large: u64,
+    /// Connections closed since start because their TLS handshake was not done within
+    /// `ssl_handshake_timeout_ms`.
+    pub handshake_timeouts: u64,
+    /// Connections closed since start because they had not authenticated within
+    /// `sasl_authentication_timeout_ms`.
+    pub authentication_timeouts: u64,
 }
 
 /// A consumer group.
@@ -434,6 +440,8 @@ impl BrokerObserver {
                     malformed: l.malformed.load(Relaxed),
                     receive_timeouts: l.receive_timeouts.load(Relaxed),
                     unauthenticated_too_large: l.unauthenticated_too_large.load(Relaxed),
+                    handshake_timeouts: l.handshake_timeouts.load(Relaxed),
+                    authentication_timeouts: l.authentication_timeouts.load(Relaxed),
                 }
             })
             .collect()

@@ -26,6 +26,8 @@
 //! | `kafka_connections_malformed_total` | counter | listener | connections closed for a request that made no sense |
 //! | `kafka_connections_receive_timeouts_total` | counter | listener | connections closed for a request not received whole within `request_receive_timeout_ms` |
 //! | `kafka_connections_unauthenticated_too_large_total` | counter | listener | connections closed for a request before SASL authentication larger than `sasl_server_max_receive_size` |
+//! | `kafka_connections_handshake_timeouts_total` | counter | listener | connections closed for a TLS handshake not done within `ssl_handshake_timeout_ms` |
+//! | `kafka_connections_authentication_timeouts_total` | counter | listener | connections closed for not authenticating within `sasl_authentication_timeout_ms` |
 //! | `kafka_queued_request_bytes` | gauge | | bytes of requests read and not yet answered |
 //! | `kafka_group_members` | gauge | group, state | members of a group |
 //! | `kafka_group_committed_offset` | gauge | group, topic, partition | committed offset |
@@ -342,6 +344,32 @@ fn encode_connections(
         "kafka_connections_unauthenticated_too_large",
         "Client connections closed because a request before SASL authentication was larger \
          than sasl_server_max_receive_size, by listener.",
+        MetricType::Counter,
+        rows,
+        counter,
+    )?;
+    let rows = stats
+        .connections
+        .iter()
+        .map(|l| (labels(l), l.handshake_timeouts));
+    family(
+        encoder,
+        "kafka_connections_handshake_timeouts",
+        "Client connections closed because their TLS handshake was not done within \
+         ssl_handshake_timeout_ms, by listener.",
+        MetricType::Counter,
+        rows,
+        counter,
+    )?;
+    let rows = stats
+        .connections
+        .iter()
+        .map(|l| (labels(l), l.authentication_timeouts));
+    family(
+        encoder,
+        "kafka_connections_authentication_timeouts",
+        "Client connections closed because they had not authenticated within \
+         sasl_authentication_timeout_ms, by listener.",
         MetricType::Counter,
         rows,
         counter,
