@@ -122,6 +122,12 @@ pub struct BrokerConfig {
     /// file descriptors free for its partitions: with a low `ulimit -n` the effective limit is
     /// lower, and the start-up log says which it is. Default 10000.
     pub max_connections: u32,
+    /// Fetches that wait for data (their `min_bytes` not there yet) and are woken by every
+    /// append, at once; a fetch past it still waits its `max_wait_ms` but looks only then,
+    /// so a consumer over it sees new records up to `fetch.wait.max.ms` later (librdkafka:
+    /// 500 ms) and appends do not wake an unbounded number of waiters. No Kafka property
+    /// (Kafka's fetch purgatory is unbounded). Default 1000.
+    pub max_pending_fetches: u32,
     /// Connections open at once from one IP address (Kafka `max.connections.per.ip`). Default:
     /// no limit beyond `max_connections`.
     pub max_connections_per_ip: Option<u32>,
@@ -161,6 +167,12 @@ pub struct BrokerConfig {
     /// deduplicating retries) once it wrote nothing this long and has no open transaction
     /// (Kafka `producer.id.expiration.ms`). Default 86400000 (1 day).
     pub producer_id_expiration_ms: i64,
+    /// Producer states a partition keeps (for idempotence: each producer id's epoch and last
+    /// batches); past it the least recently written ones without an open transaction are
+    /// forgotten, as idle ones are after `producer_id_expiration_ms`. Bounds what clients that
+    /// make a new idempotent producer for every few records hold. No Kafka property (Kafka
+    /// 3.8 throttles new producer ids per user instead, KIP-936). Default 10000.
+    pub max_producer_ids_per_partition: u32,
     /// Committed offsets of a group are deleted once the group has been empty this long; for a
     /// group that never had members (offsets committed by a standalone consumer or a tool), once
     /// each offset is this old (Kafka `offsets.retention.minutes`). Default 10080 (7 days).
@@ -177,6 +189,13 @@ pub struct BrokerConfig {
     /// Largest session timeout a group member may ask for (Kafka
     /// `group.max.session.timeout.ms`). Default 1800000 (30 minutes).
     pub group_max_session_timeout_ms: i32,
+    /// Members a group may have, member ids handed out and not joined yet included (Kafka
+    /// `group.max.size`, and `group.consumer.max.size` for the consumer protocol); a member
+    /// joining past it gets GROUP_MAX_SIZE_REACHED. Default 1000 (Kafka: no limit).
+    pub group_max_size: u32,
+    /// Groups the coordinator keeps, with members or only committed offsets; a request that
+    /// would make a new one past it gets POLICY_VIOLATION. No Kafka property. Default 100000.
+    pub max_groups: u32,
     /// How long the first rebalance of an empty group waits for more members to join, so they
     /// all get partitions in one round (Kafka `group.initial.rebalance.delay.ms`). Default 3000.
     pub group_initial_rebalance_delay_ms: u64,
@@ -197,6 +216,10 @@ pub struct BrokerConfig {
     /// A transactional id without any transaction for this long is forgotten (Kafka
     /// `transactional.id.expiration.ms`). Default 604800000 (7 days).
     pub transactional_id_expiration_ms: i64,
+    /// Transactional ids the coordinator keeps (each with its state, and at most one open
+    /// transaction); InitProducerId for a new one past it gets POLICY_VIOLATION. Idle ones
+    /// go after `transactional_id_expiration_ms`. No Kafka property. Default 100000.
+    pub max_transactional_ids: u32,
     /// Whether a request on a resource that no ACL names at all is allowed (Kafka
     /// `allow.everyone.if.no.acl.found`). Default true, unlike Kafka's false: with no ACLs
     /// configured everything stays allowed; set false to allow only what an ACL allows.
@@ -244,6 +267,7 @@ impl Default for BrokerConfig {
             ssl_handshake_timeout_ms: 10_000,
             sasl_authentication_timeout_ms: 10_000,
             max_connections: 10_000,
+            max_pending_fetches: 1000,
             max_connections_per_ip: None,
             max_connections_per_ip_overrides: BTreeMap::new(),
             queued_max_request_bytes: 512 << 20,
@@ -255,17 +279,21 @@ impl Default for BrokerConfig {
             log_flush_interval_messages: None,
             log_flush_interval_ms: None,
             producer_id_expiration_ms: 86_400_000,
+            max_producer_ids_per_partition: 10_000,
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 1_800_000,
+            group_max_size: 1000,
+            max_groups: 100_000,
             group_initial_rebalance_delay_ms: 3000,
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_heartbeat_interval_ms: 5000,
             transaction_max_timeout_ms: 900_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
+            max_transactional_ids: 100_000,
             allow_everyone_if_no_acl_found: true,
             super_users: Vec::new(),
             acls: Vec::new(),

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -119,6 +120,73 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+/// What clients make the broker hold beyond connections and request bytes, each bounded by a
+/// setting; a client past one gets a Kafka error (or, for producer states, the least recently
+/// used idle one is forgotten), counted in `kafka_limit_reached_total` by setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Held {
+    /// Members (and member ids handed out, not joined yet) of one group: `group_max_size`.
+    GroupMembers,
+    /// Groups, with members or offsets: `max_groups`.
+    Groups,
+    /// Transactional ids known to the coordinator: `max_transactional_ids`.
+    TransactionalIds,
+    /// Producer states a partition keeps for deduplication: `max_producer_ids_per_partition`.
+    ProducerIds,
+    /// Fetches waiting for data at once: `max_pending_fetches`.
+    PendingFetches,
+}
+
+impl Held {
+    pub(crate) const ALL: [Held; 5] = [
+        Held::GroupMembers,
+        Held::Groups,
+        Held::TransactionalIds,
+        Held::ProducerIds,
+        Held::PendingFetches,
+    ];
+
+    /// The setting that bounds it.
+    pub(crate) fn setting(self) -> &'static str {
+        match self {
+            Held::GroupMembers => "group_max_size",
+            Held::Groups => "max_groups",
+            Held::TransactionalIds => "max_transactional_ids",
+            Held::ProducerIds => "max_producer_ids_per_partition",
+            Held::PendingFetches => "max_pending_fetches",
+        }
+    }
+}
+
+/// How often each [`Held`] limit was reached, shared by the coordinators, the logs and
+/// `/metrics`.
+#[derive(Debug, Default)]
+pub(crate) struct Reached {
+    counts: [AtomicU64; Held::ALL.len()],
+    logged: LogLimiter<Held>,
+}
+
+impl Reached {
+    /// Counts one time `held` was reached, and logs `what` (the client's request and what the
+    /// broker did) at most once a minute per limit.
+    pub(crate) fn count(&self, held: Held, what: impl FnOnce() -> String) {
+        self.add(held, 1, what);
+    }
+
+    /// Like [`Self::count`], for `times` at once (producer states forgotten together).
+    pub(crate) fn add(&self, held: Held, times: u64, what: impl FnOnce() -> String) {
+        self.counts[held as usize].fetch_add(times, Ordering::Relaxed);
+        if let Some(suppressed) = self.logged.due(&held) {
+            tracing::warn!(limit = held.setting(), suppressed, "{}", what());
+        }
+    }
+
+    /// How many times `held` was reached since start.
+    pub(crate) fn get(&self, held: Held) -> u64 {
+        self.counts[held as usize].load(Ordering::Relaxed)
+    }
+}
+
 /// The broker's limits, shared by every listener.
 #[derive(Debug)]
 pub(crate) struct Limits {
@@ -140,6 +208,21 @@ pub(crate) struct Limits {
     pub(crate) malformed: LogLimiter<IpAddr>,
     pub(crate) exhausted: LogLimiter<&'static str>,
     pub(crate) auto_create_failures: LogLimiter<std::mem::Discriminant<crate::topics::TopicError>>,
+    /// What else clients hold: how often each bound was reached.
+    pub(crate) reached: Arc<Reached>,
+    /// Fetches waiting for data now, woken by appends.
+    pending_fetches: AtomicU64,
+    max_pending_fetches: u64,
+}
+
+/// A fetch's place among those woken by appends, given back when it is answered.
+#[derive(Debug)]
+pub(crate) struct PendingFetch<'a>(&'a AtomicU64);
+
+impl Drop for PendingFetch<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A connection's place in the limits, given back when it is dropped.
@@ -200,6 +283,9 @@ impl Limits {
             malformed: LogLimiter::default(),
             exhausted: LogLimiter::default(),
             auto_create_failures: LogLimiter::default(),
+            reached: Arc::default(),
+            pending_fetches: AtomicU64::new(0),
+            max_pending_fetches: u64::from(config.max_pending_fetches),
         }
     }
 
@@ -222,6 +308,18 @@ impl Limits {
             limits: Arc::clone(self),
             ip,
         })
+    }
+
+    /// A place for a fetch that waits for data among those woken by every append, or `None`
+    /// when `max_pending_fetches` wait already: that one waits out its `max_wait_ms` and looks
+    /// once, at no cost to appends.
+    pub(crate) fn pending_fetch(&self) -> Option<PendingFetch<'_>> {
+        self.pending_fetches
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_pending_fetches).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| PendingFetch(&self.pending_fetches))
     }
 
     /// Connections open now.

@@ -242,11 +242,13 @@ impl Broker {
                 } else if !catalog.topics()?.is_empty() {
                     tracing::info!("no clean shutdown marker: checking every segment");
                 }
+                let reached = Arc::clone(&limits.reached);
                 let topics = Topics::open(config.clone(), catalog, clean_shutdown, limits)?;
-                let groups = GroupCoordinator::load(&config, topics.catalog())?;
+                let groups =
+                    GroupCoordinator::load(&config, topics.catalog(), Arc::clone(&reached))?;
                 // Transactions decided before a stop get their markers (again) before
                 // any client is served.
-                let txns = TxnCoordinator::load(&config, topics.catalog())?;
+                let txns = TxnCoordinator::load(&config, topics.catalog(), reached)?;
                 txns.recover(&topics);
                 let acls = Authorizer::load(&config, topics.catalog())?;
                 // Salting the configured passwords is deliberately slow work too.

@@ -242,6 +242,8 @@ pub(crate) struct LogConfig {
     pub(crate) flush_ms: i64,
     /// Broker-wide: `producer.id.expiration.ms`.
     pub(crate) producer_id_expiration_ms: i64,
+    /// Broker-wide: `max_producer_ids_per_partition`.
+    pub(crate) max_producer_ids: usize,
     /// `compression.type`: the codec batches are stored with, re-encoded on produce when the
     /// producer's differs; `None` (`producer`) keeps the producer's.
     pub(crate) compression: Option<Compression>,
@@ -337,6 +339,8 @@ impl LogConfig {
             flush_messages: broker.log_flush_interval_messages.unwrap_or(NEVER),
             flush_ms: broker.log_flush_interval_ms.unwrap_or(NEVER),
             producer_id_expiration_ms: broker.producer_id_expiration_ms,
+            max_producer_ids: usize::try_from(broker.max_producer_ids_per_partition.max(1))
+                .unwrap_or(usize::MAX),
             compression: None,
             log_append_time: false,
             min_insync_replicas: 1,

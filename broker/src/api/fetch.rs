@@ -42,6 +42,7 @@ use kafka_protocol::protocol::{StrBytes, VersionRange};
 use tokio::time::Instant;
 
 use super::{ApiError, Context, Frame, Handler, IntoFrame, encode_error, encode_response};
+use crate::limits::Held;
 use crate::log::{FileSlice, Read, StorageError};
 use crate::quotas::Direction;
 use crate::security::{AclOperation, Resource};
@@ -214,11 +215,18 @@ impl Handler for Fetch {
             Instant::now() + Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
         let mut records = Vec::new();
         let mut sent = Vec::new();
+        // A fetch that may wait takes a place among those woken by appends; past
+        // max_pending_fetches it waits out max_wait_ms unwoken.
+        let place = (request.max_wait_ms > 0 && min_bytes > 0).then(|| ctx.limits.pending_fetch());
+        let woken = !matches!(place, Some(None));
+        let mut counted = false;
         loop {
             // Register for the wake-up before looking, so an append in between is not missed.
             let appended = ctx.appended.notified();
             tokio::pin!(appended);
-            appended.as_mut().enable();
+            if woken {
+                appended.as_mut().enable();
+            }
             let (responses, total, any_error) = collect(
                 ctx,
                 version,
@@ -258,8 +266,25 @@ impl Handler for Fetch {
                     records,
                 });
             }
+            if woken {
+                tokio::select! {
+                    _ = &mut appended => {}
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = ctx.shutdown.cancelled() => {}
+                }
+                continue;
+            }
+            if !counted {
+                counted = true;
+                ctx.limits.reached.count(Held::PendingFetches, || {
+                    format!(
+                        "a fetch from {:?} waits its max_wait_ms ({} ms) without being woken by \
+                         appends: max_pending_fetches fetches already wait",
+                        header.client_id, request.max_wait_ms
+                    )
+                });
+            }
             tokio::select! {
-                _ = &mut appended => {}
                 _ = tokio::time::sleep_until(deadline) => {}
                 _ = ctx.shutdown.cancelled() => {}
             }

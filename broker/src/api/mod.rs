@@ -131,8 +131,10 @@ impl Context {
         let limits = Arc::new(crate::limits::Limits::new(&config, None));
         let topics =
             Topics::open(config.clone(), catalog, true, Arc::clone(&limits)).expect("the topics");
-        let groups = GroupCoordinator::load(&config, topics.catalog()).expect("the groups");
-        let txns = TxnCoordinator::load(&config, topics.catalog()).expect("the transactions");
+        let groups = GroupCoordinator::load(&config, topics.catalog(), Arc::clone(&limits.reached))
+            .expect("the groups");
+        let txns = TxnCoordinator::load(&config, topics.catalog(), Arc::clone(&limits.reached))
+            .expect("the transactions");
         txns.recover(&topics);
         let acls = Authorizer::load(&config, topics.catalog()).expect("the ACLs");
         let credentials = Credentials::new(&config.users, topics.catalog()).expect("the users");

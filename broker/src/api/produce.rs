@@ -25,6 +25,7 @@ fn append(
     index: i32,
     records: Option<&[u8]>,
     acks: i16,
+    reached: &crate::limits::Reached,
 ) -> PartitionProduceResponse {
     let response = PartitionProduceResponse::default()
         .with_index(index)
@@ -146,7 +147,18 @@ fn append(
         }
     }
     let mut log = partition.log();
-    match log.append(&mut bytes, &mut headers) {
+    let appended = log.append(&mut bytes, &mut headers);
+    let forgotten = log.take_forgotten_producers();
+    if forgotten > 0 {
+        reached.add(crate::limits::Held::ProducerIds, forgotten, || {
+            format!(
+                "partition {}-{index} forgot the state of its {forgotten} least recently written \
+                 producers: it held more than max_producer_ids_per_partition",
+                topic.name
+            )
+        });
+    }
+    match appended {
         Ok(base_offset) => {
             let records = headers.iter().map(|(_, h)| h.record_count.max(0) as u64);
             topic.counters.produced(bytes.len() as u64, records.sum());
@@ -251,7 +263,13 @@ impl Handler for Produce {
                 .iter()
                 .map(|p| match &topic {
                     Ok(topic) => {
-                        let r = append(topic, p.index, p.records.as_deref(), request.acks);
+                        let r = append(
+                            topic,
+                            p.index,
+                            p.records.as_deref(),
+                            request.acks,
+                            &ctx.limits.reached,
+                        );
                         appended |= r.error_code == 0;
                         r
                     }

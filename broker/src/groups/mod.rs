@@ -19,9 +19,10 @@
 //! per-request retention time of OffsetCommit v2-v4 is ignored: `offsets.retention.minutes`
 //! decides for every version.
 //!
-//! Not limited yet: the number of members of a group (Kafka's `group.max.size`, unlimited by
-//! default there too) and of member ids handed out with MEMBER_ID_REQUIRED, which live until
-//! their session timeout.
+//! What clients can make the coordinator hold is bounded: a group's members, member ids handed
+//! out with MEMBER_ID_REQUIRED (which live until their session timeout) included, by
+//! `group_max_size` (GROUP_MAX_SIZE_REACHED past it, as Kafka's `group.max.size`), and the
+//! groups themselves by `max_groups` (POLICY_VIOLATION for a request that would make one more).
 
 pub(crate) mod consumer;
 mod state;
@@ -35,6 +36,7 @@ use kafka_protocol::ResponseError;
 
 use crate::catalog::{Catalog, CatalogError, CommittedOffset, GroupRecord};
 use crate::config::BrokerConfig;
+use crate::limits::{Held, Reached};
 use crate::topics::Topics;
 
 use consumer::{ConsumerGroup, Heartbeat, HeartbeatReply, TopicInfo};
@@ -95,6 +97,11 @@ pub(crate) struct GroupCoordinator {
     consumer: Mutex<HashMap<String, ConsumerGroup>>,
     consumer_session: Duration,
     consumer_heartbeat_interval: i32,
+    /// group_max_size
+    max_size: usize,
+    /// max_groups
+    max_groups: usize,
+    reached: Arc<Reached>,
 }
 
 /// The protocol type ListGroups gives consumer-protocol groups.
@@ -104,8 +111,13 @@ pub(crate) const CONSUMER_PROTOCOL: &str = "consumer";
 const CONSUMER_GROUP_RECORD: &str = "kip-848 consumer group";
 
 impl GroupCoordinator {
-    /// Loads the groups known to the catalog, all empty.
-    pub(crate) fn load(config: &BrokerConfig, catalog: Arc<Catalog>) -> Result<Self, CatalogError> {
+    /// Loads the groups known to the catalog, all empty; limits reached are counted in
+    /// `reached`.
+    pub(crate) fn load(
+        config: &BrokerConfig,
+        catalog: Arc<Catalog>,
+        reached: Arc<Reached>,
+    ) -> Result<Self, CatalogError> {
         let records = catalog.groups()?;
         let (consumer_records, records): (Vec<_>, Vec<_>) = records
             .into_iter()
@@ -149,7 +161,38 @@ impl GroupCoordinator {
                 config.group_consumer_session_timeout_ms.max(1) as u64,
             ),
             consumer_heartbeat_interval: config.group_consumer_heartbeat_interval_ms.max(1),
+            max_size: usize::try_from(config.group_max_size.max(1)).unwrap_or(usize::MAX),
+            max_groups: usize::try_from(config.max_groups.max(1)).unwrap_or(usize::MAX),
+            reached,
         })
+    }
+
+    /// Whether a new group fits beside the `count` there are; counts and logs it when not.
+    fn group_fits(&self, count: usize, group_id: &str) -> bool {
+        if count < self.max_groups {
+            return true;
+        }
+        self.reached.count(Held::Groups, || {
+            format!(
+                "group {group_id} refused: the coordinator holds {count} groups, the most \
+                 max_groups allows"
+            )
+        });
+        false
+    }
+
+    /// Whether a new member fits in a group of `size`; counts and logs it when not.
+    fn member_fits(&self, size: usize, group_id: &str) -> bool {
+        if size < self.max_size {
+            return true;
+        }
+        self.reached.count(Held::GroupMembers, || {
+            format!(
+                "a new member of group {group_id} refused with GROUP_MAX_SIZE_REACHED: the group \
+                 has {size} members, the most group_max_size allows"
+            )
+        });
+        false
     }
 
     fn lock_consumer(&self) -> MutexGuard<'_, HashMap<String, ConsumerGroup>> {
@@ -209,18 +252,47 @@ impl GroupCoordinator {
             classic.remove(group_id);
         }
         let mut groups = self.lock_consumer();
-        drop(classic);
         if hb.member_epoch != 0 && !groups.contains_key(group_id) {
             return refuse(
                 ResponseError::UnknownMemberId,
                 format!("group {group_id} has no member {}", hb.member_id),
             );
         }
+        if !groups.contains_key(group_id)
+            && !self.group_fits(groups.len() + classic.len(), group_id)
+        {
+            return refuse(
+                ResponseError::PolicyViolation,
+                format!(
+                    "the broker holds {} groups, the most its max_groups allows",
+                    self.max_groups
+                ),
+            );
+        }
+        drop(classic);
         let group = groups.entry(group_id.to_owned()).or_insert_with(|| {
             let mut g = ConsumerGroup::new(group_id.to_owned(), 0, crate::log::now_ms());
             g.dirty = true;
             g
         });
+        if hb.member_epoch == 0
+            && !group.members.contains_key(&hb.member_id)
+            && !hb.instance_id.as_ref().is_some_and(|instance| {
+                group
+                    .members
+                    .values()
+                    .any(|m| m.instance_id.as_ref() == Some(instance))
+            })
+            && !self.member_fits(group.members.len(), group_id)
+        {
+            return refuse(
+                ResponseError::GroupMaxSizeReached,
+                format!(
+                    "group {group_id} has {} members, the most the broker's group_max_size allows",
+                    group.members.len()
+                ),
+            );
+        }
         let reply = group.heartbeat(hb, Instant::now(), self.consumer_session, &|names| {
             topic_infos(topics, names)
         });
@@ -314,8 +386,26 @@ impl GroupCoordinator {
                 Some(_) => {
                     consumer.remove(group_id);
                 }
+                None if !groups.contains_key(group_id)
+                    && !self.group_fits(groups.len() + consumer.len(), group_id) =>
+                {
+                    return Reply::Now(JoinOutcome::error(
+                        ResponseError::PolicyViolation,
+                        &request.member_id,
+                    ));
+                }
                 None => {}
             }
+        }
+        if let Some(group) = groups.get(group_id)
+            && request.member_id.is_empty()
+            && !group.has_instance(request.instance_id.as_deref())
+            && !self.member_fits(group.size(), group_id)
+        {
+            return Reply::Now(JoinOutcome::error(
+                ResponseError::GroupMaxSizeReached,
+                &request.member_id,
+            ));
         }
         let group = groups.entry(group_id.to_owned()).or_insert_with(|| {
             Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms())
@@ -409,6 +499,9 @@ impl GroupCoordinator {
         } else {
             match groups.get(group_id) {
                 None if standalone => {
+                    if !self.group_fits(groups.len() + consumer.len(), group_id) {
+                        return whole(ResponseError::PolicyViolation);
+                    }
                     groups.insert(
                         group_id.to_owned(),
                         Group::new(group_id.to_owned(), String::new(), 0, crate::log::now_ms()),

@@ -219,6 +219,16 @@ pub(crate) struct Timing {
 }
 
 impl Group {
+    /// Members, and member ids handed out and not joined yet.
+    pub(crate) fn size(&self) -> usize {
+        self.members.len() + self.pending.len()
+    }
+
+    /// Whether a static member with `instance` is in the group (it comes back in its place).
+    pub(crate) fn has_instance(&self, instance: Option<&str>) -> bool {
+        instance.is_some_and(|i| self.statics.contains_key(i))
+    }
+
     pub(crate) fn new(id: String, protocol_type: String, generation: i32, now_ms: i64) -> Group {
         Group {
             id,

@@ -197,6 +197,8 @@ pub(crate) struct PartitionLog {
     unflushed_records: i64,
     last_flush: Instant,
     producers: ProducerStates,
+    /// Producer states forgotten past `max_producer_ids_per_partition`, not yet counted.
+    forgotten_producers: u64,
     /// Offset below which everything was fsynced (persisted in [`RECOVERY_POINT_FILE`]): after
     /// a crash, the segments reaching past it have every batch's CRC checked.
     recovery_point: i64,
@@ -300,6 +302,7 @@ impl PartitionLog {
             unflushed_records: 0,
             last_flush: Instant::now(),
             producers: ProducerStates::default(),
+            forgotten_producers: 0,
             recovery_point: recorded_point,
             cleaner: cleaner::CleanerStats {
                 checkpoint: cleaner::read_checkpoint(dir),
@@ -596,7 +599,17 @@ impl PartitionLog {
                 self.producers.record(header);
             }
         }
+        let forgotten = self.producers.bound(self.config.max_producer_ids);
+        if forgotten > 0 {
+            self.forgotten_producers += forgotten as u64;
+        }
         Ok(first)
+    }
+
+    /// Producer states forgotten since the last call because the partition held more than
+    /// `max_producer_ids_per_partition`.
+    pub(crate) fn take_forgotten_producers(&mut self) -> u64 {
+        std::mem::take(&mut self.forgotten_producers)
     }
 
     /// Appends a transaction marker (COMMIT or ABORT control batch) for the producer; returns

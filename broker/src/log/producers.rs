@@ -318,6 +318,34 @@ impl ProducerStates {
         before - self.producers.len()
     }
 
+    /// Keeps at most `max` producers: past it, the least recently written ones without an open
+    /// transaction are forgotten, a tenth of `max` more at once so that the work is not done
+    /// again at every new producer. "Recently" is by the offset of a producer's last batch,
+    /// which the broker assigns (its timestamps are the client's). A forgotten producer that
+    /// writes again is taken as new, as after `producer.id.expiration.ms`: its retries of
+    /// batches from before are no longer recognised. Returns how many were forgotten.
+    pub(crate) fn bound(&mut self, max: usize) -> usize {
+        if self.producers.len() <= max {
+            return 0;
+        }
+        let keep = max - max / 10;
+        let mut idle: Vec<(i64, i64)> = self
+            .producers
+            .iter()
+            .filter(|(_, p)| p.txn_first_offset.is_none())
+            .map(|(id, p)| (p.batches.back().map_or(-1, |b| b.first_offset), *id))
+            .collect();
+        let surplus = (self.producers.len() - keep).min(idle.len());
+        if surplus == 0 {
+            return 0;
+        }
+        idle.select_nth_unstable(surplus - 1);
+        for (_, id) in &idle[..surplus] {
+            self.producers.remove(id);
+        }
+        surplus
+    }
+
     /// Number of producers known.
     pub(crate) fn len(&self) -> usize {
         self.producers.len()
@@ -506,6 +534,34 @@ mod tests {
         assert_eq!(w.check(&batch(8, 0, 0, 1, 2, false)), Ok(Check::Append));
         // An unknown producer may start anywhere.
         assert_eq!(w.check(&batch(9, 3, 40, 1, 2, false)), Ok(Check::Append));
+    }
+
+    #[test]
+    fn past_the_bound_the_least_recently_written_idle_producers_are_forgotten() {
+        let mut s = ProducerStates::default();
+        // Producer 0 holds an open transaction from the start; 1..=100 write one batch each.
+        s.record(&batch(0, 0, 0, 1, 0, true));
+        for pid in 1..=100 {
+            s.record(&batch(pid, 0, 0, 1, pid, false));
+        }
+        // Producer 1 writes again last: the most recent.
+        s.record(&batch(1, 0, 1, 1, 101, false));
+        assert_eq!(s.bound(200), 0);
+        let forgotten = s.bound(50);
+        // Down to 45 (a tenth below the bound): the open transaction and the recent stay.
+        assert_eq!(forgotten, 101 - 45);
+        assert_eq!(s.len(), 45);
+        assert!(
+            s.get(0).is_some(),
+            "the open transaction's producer was forgotten"
+        );
+        assert!(s.get(1).is_some(), "the most recent producer was forgotten");
+        // And the 43 most recent of the others: 58 to 100.
+        assert!(s.get(100).is_some() && s.get(58).is_some());
+        assert!(s.get(57).is_none() && s.get(2).is_none());
+        assert_eq!(s.first_unstable_offset(), Some(0));
+        // A forgotten producer writing again is taken as new, wherever its sequence is.
+        assert_eq!(s.check(&batch(2, 0, 1, 1, 102, false)), Ok(Check::Append));
     }
 
     #[test]

@@ -67,6 +67,19 @@ pub struct BrokerStats {
     pub transactions: Vec<TransactionStats>,
     /// Bytes of requests read and not yet answered (bounded by `queued_max_request_bytes`).
     pub queued_request_bytes: u64,
+    /// For each bound on what clients make the broker hold (`group_max_size`, `max_groups`,
+    /// `max_transactional_ids`, `max_producer_ids_per_partition`, `max_pending_fetches`): how
+    /// many times it was reached since start.
+    pub limits_reached: Vec<LimitReached>,
+}
+
+/// How often one bound was reached.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LimitReached {
+    /// The setting that bounds it.
+    pub limit: String,
+    /// Times it was reached since start.
+    pub count: u64,
 }
 
 /// One partition's log.
@@ -319,6 +332,13 @@ impl BrokerObserver {
             transactions: self.transactions(),
             partitions,
             queued_request_bytes: self.ctx.limits.queued_request_bytes(),
+            limits_reached: crate::limits::Held::ALL
+                .iter()
+                .map(|held| LimitReached {
+                    limit: held.setting().to_owned(),
+                    count: self.ctx.limits.reached.get(*held),
+                })
+                .collect(),
         }
     }
 

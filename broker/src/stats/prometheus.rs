@@ -28,6 +28,7 @@
 //! | `kafka_connections_unauthenticated_too_large_total` | counter | listener | connections closed for a request before SASL authentication larger than `sasl_server_max_receive_size` |
 //! | `kafka_connections_handshake_timeouts_total` | counter | listener | connections closed for a TLS handshake not done within `ssl_handshake_timeout_ms` |
 //! | `kafka_connections_authentication_timeouts_total` | counter | listener | connections closed for not authenticating within `sasl_authentication_timeout_ms` |
+//! | `kafka_limit_reached_total` | counter | limit | requests refused (producer states forgotten, fetches answered early) because a bound on what clients make the broker hold was reached, by its setting |
 //! | `kafka_queued_request_bytes` | gauge | | bytes of requests read and not yet answered |
 //! | `kafka_group_members` | gauge | group, state | members of a group |
 //! | `kafka_group_committed_offset` | gauge | group, topic, partition | committed offset |
@@ -385,6 +386,19 @@ fn encode_connections(
         MetricType::Gauge,
         rows,
         gauge,
+    )?;
+    let rows = stats
+        .limits_reached
+        .iter()
+        .map(|l| (vec![("limit", l.limit.clone())], l.count));
+    family(
+        encoder,
+        "kafka_limit_reached",
+        "Times a bound on what clients make the broker hold was reached (a request refused, a \
+         producer state forgotten, a fetch answered early), by the setting that bounds it.",
+        MetricType::Counter,
+        rows,
+        counter,
     )
 }
 

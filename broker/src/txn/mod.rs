@@ -231,13 +231,21 @@ pub(crate) struct TxnCoordinator {
     catalog: Arc<Catalog>,
     max_timeout_ms: i32,
     id_expiration_ms: i64,
+    /// max_transactional_ids
+    max_ids: usize,
+    reached: Arc<crate::limits::Reached>,
     txns: Mutex<HashMap<String, Txn>>,
 }
 
 impl TxnCoordinator {
     /// Loads the transactional ids known to the catalog, in the state they were left in
     /// (`Prepare*` ones are completed by [`TxnCoordinator::recover`]).
-    pub(crate) fn load(config: &BrokerConfig, catalog: Arc<Catalog>) -> Result<Self, CatalogError> {
+    /// Limits reached are counted in `reached`.
+    pub(crate) fn load(
+        config: &BrokerConfig,
+        catalog: Arc<Catalog>,
+        reached: Arc<crate::limits::Reached>,
+    ) -> Result<Self, CatalogError> {
         let mut txns = HashMap::new();
         for record in catalog.transactions()? {
             let id = record.transactional_id.clone();
@@ -257,6 +265,8 @@ impl TxnCoordinator {
             catalog,
             max_timeout_ms: config.transaction_max_timeout_ms,
             id_expiration_ms: config.transactional_id_expiration_ms,
+            max_ids: usize::try_from(config.max_transactional_ids.max(1)).unwrap_or(usize::MAX),
+            reached,
             txns: Mutex::new(txns),
         })
     }
@@ -372,6 +382,19 @@ impl TxnCoordinator {
         }
         let mut txns = self.lock();
         if !txns.contains_key(id) {
+            if txns.len() >= self.max_ids {
+                let held = txns.len();
+                self.reached
+                    .count(crate::limits::Held::TransactionalIds, || {
+                        format!(
+                            "InitProducerId for a new transactional id {id:?} refused with \
+                             POLICY_VIOLATION: the coordinator holds {held} transactional ids, \
+                             the most max_transactional_ids allows (idle ones go after \
+                             transactional_id_expiration_ms)"
+                        )
+                    });
+                return Err(ResponseError::PolicyViolation);
+            }
             let producer_id = self.new_producer_id()?;
             let txn = Txn {
                 id: id.to_owned(),
