@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `/metrics` | every counter as OpenMetrics text (`prometheus-client`): one family per Flume counter, labelled `name` and `type` |
 //! | `/metrics.json` | Flume's JSON reporting layout: `{"CHANNEL.c1": {"ChannelSize": "0", ..., "Type": "CHANNEL"}, ...}`, every value a string |
-//! | `/health` | 200 while no component has failed for `agent.unhealthy_after` without a success; else 503 naming each and its last error |
+//! | `/health` | 200 while no component has failed (or cannot reach its destination or input, or a sink's delivery has been in flight) for `agent.unhealthy_after` without a success; else 503 naming each, its last error and since when |
 //! | `/api/pipeline` | the components with kind, type, name, counters, channel fill and last error (for a web console) |
 //!
 //! **Adding to it.** [`HttpServer::new`] starts from the pipeline's metrics; before
@@ -66,6 +66,24 @@ impl Component {
     /// Flume's key for the component: `SOURCE.r1`.
     fn flume_key(&self) -> String {
         format!("{}.{}", self.kind.to_uppercase(), self.name)
+    }
+
+    /// What makes the component unhealthy once it has lasted `unhealthy_after`: its failure
+    /// (a failed delivery, take or run, or what its client cannot reach) when that is old
+    /// enough, else a delivery in flight for that long (a sink whose destination accepts the
+    /// connection and never answers).
+    fn trouble(&self, now: SystemTime, unhealthy_after: Duration) -> Option<Failure> {
+        let old_enough = |failure: &Failure| {
+            now.duration_since(failure.since).unwrap_or_default() >= unhealthy_after
+        };
+        if let Some(failure) = self.metrics.failure().filter(old_enough) {
+            return Some(failure);
+        }
+        let (since, lasted) = self.metrics.delivery_in_flight()?;
+        (lasted >= unhealthy_after).then(|| Failure {
+            message: format!("delivery in flight for {} s", lasted.as_secs()),
+            since,
+        })
     }
 }
 
@@ -202,16 +220,14 @@ impl PipelineMetrics {
         let now = SystemTime::now();
         components
             .iter()
-            .filter_map(|c| c.metrics.failure().map(|f| (c, f)))
-            .filter(|(_, f)| {
-                now.duration_since(f.since).unwrap_or_default() >= self.unhealthy_after
-            })
+            .filter_map(|c| c.trouble(now, self.unhealthy_after).map(|f| (c, f)))
             .collect()
     }
 
     /// The `/health` answer: its status code and body.
     pub fn health(&self) -> (StatusCode, Value) {
         let all = self.components();
+        let now = SystemTime::now();
         // A failing sink of a group whose other members deliver leaves the pipeline healthy
         // (that is what failover and load balancing are for): it is shown as degraded.
         let (degraded, failing): (Vec<_>, Vec<_>) =
@@ -221,10 +237,10 @@ impl PipelineMetrics {
                         other.group.as_ref() == Some(group)
                             && other.name != component.name
                             && other.metrics.failure().is_none()
+                            && other.trouble(now, self.unhealthy_after).is_none()
                     })
                 })
             });
-        let now = SystemTime::now();
         let describe = |(component, failure): (&Component, Failure)| {
             json!({
                 "component": component.flume_key(),
@@ -232,6 +248,7 @@ impl PipelineMetrics {
                 "name": component.name,
                 "type": component.type_name,
                 "error": failure.message,
+                "since": humantime::format_rfc3339_millis(failure.since).to_string(),
                 "failing_for_ms": now.duration_since(failure.since).unwrap_or_default().as_millis() as u64,
                 "consecutive_failures": component.metrics.counter("ConsecutiveFailures").get(),
             })
@@ -715,6 +732,80 @@ async fn console() -> axum::response::Html<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pipeline of `components` (sinks named as given, in `group` when set) for `/health`.
+    fn pipeline(components: &[(&str, Option<&str>)], unhealthy_after: Duration) -> PipelineMetrics {
+        let components = components
+            .iter()
+            .map(|(name, group)| Component {
+                kind: "sink",
+                name: (*name).to_owned(),
+                type_name: "http".into(),
+                metrics: ComponentMetrics::new("sink", *name),
+                channel: None,
+                channels: Vec::new(),
+                group: group.map(str::to_owned),
+            })
+            .collect();
+        PipelineMetrics {
+            components: Arc::new(std::sync::RwLock::new(Arc::new(components))),
+            unhealthy_after,
+        }
+    }
+
+    #[test]
+    fn a_delivery_in_flight_too_long_fails_health_until_it_ends() {
+        let health = pipeline(&[("out", None)], Duration::from_millis(200));
+        let metrics = health.components()[0].metrics.clone();
+        metrics.delivery_started(std::time::Instant::now());
+        assert_eq!(health.health().0, StatusCode::OK, "not yet too long");
+        std::thread::sleep(Duration::from_millis(250));
+        let (status, body) = health.health();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        let failing = &body["failing"][0];
+        assert_eq!(failing["component"], "SINK.out", "{body}");
+        assert_eq!(failing["error"], "delivery in flight for 0 s", "{body}");
+        assert!(failing["failing_for_ms"].as_u64().unwrap() >= 250, "{body}");
+        assert!(failing["since"].as_str().unwrap().ends_with('Z'), "{body}");
+        metrics.delivery_ended();
+        assert_eq!(health.health().0, StatusCode::OK);
+    }
+
+    #[test]
+    fn what_a_component_cannot_reach_fails_health_after_unhealthy_after_with_since_when() {
+        let health = pipeline(&[("out", None)], Duration::from_millis(100));
+        let metrics = health.components()[0].metrics.clone();
+        metrics.unreachable("cannot reach http://127.0.0.1:9/: connection refused");
+        assert_eq!(health.health().0, StatusCode::OK, "not yet for long");
+        std::thread::sleep(Duration::from_millis(150));
+        let (status, body) = health.health();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(
+            body["failing"][0]["error"],
+            "cannot reach http://127.0.0.1:9/: connection refused"
+        );
+        metrics.reachable();
+        assert_eq!(health.health().0, StatusCode::OK);
+    }
+
+    #[test]
+    fn a_group_member_stuck_in_flight_leaves_the_other_degraded_not_healthy() {
+        let health = pipeline(
+            &[("primary", Some("g")), ("standby", Some("g"))],
+            Duration::from_millis(50),
+        );
+        let all = health.components();
+        all[0].metrics.failed("POST http://primary/: 503");
+        std::thread::sleep(Duration::from_millis(80));
+        let (status, body) = health.health();
+        assert_eq!(status, StatusCode::OK, "the standby delivers: {body}");
+        assert_eq!(body["degraded"][0]["name"], "primary", "{body}");
+        all[1].metrics.delivery_started(std::time::Instant::now());
+        std::thread::sleep(Duration::from_millis(80));
+        let (status, body) = health.health();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["failing"].as_array().unwrap().len(), 2, "{body}");
+    }
 
     #[test]
     fn prometheus_names_follow_flumes() {

@@ -129,6 +129,12 @@ pub trait Channel: Send + Sync + 'static {
     fn joint_store(&self) -> Option<StateStore> {
         None
     }
+
+    /// Tells a channel whose storage is a remote service (the kafka channel) the metrics to
+    /// report to when its client cannot reach that service ([`ComponentMetrics::unreachable`]),
+    /// so that `/health` names the channel within seconds. [`MeteredChannel::new`] calls it with
+    /// the channel's own metrics, before `start`. Default: nothing to report.
+    fn report_to(&self, _metrics: &ComponentMetrics) {}
 }
 
 /// Events taken from a channel, to be committed after delivery or rolled back.
@@ -252,6 +258,7 @@ impl MeteredChannel {
             take_to_commit: metrics.latency("TakeToCommitLatency"),
             ages: Mutex::default(),
         };
+        inner.report_to(&metrics);
         let channel = Self {
             inner,
             metrics,

@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A counter or gauge shared between a component and the metrics endpoint.
 #[derive(Clone, Debug, Default)]
@@ -87,6 +87,17 @@ struct Status {
     /// any delivery fails (a dead broker is seen when its connection drops, a record times
     /// out only minutes later).
     unreachable: Mutex<Option<Failure>>,
+    /// When the sink's delivery now in flight began, as nanoseconds after [`clock_base`]
+    /// plus one; 0 while none is.
+    delivering: AtomicU64,
+}
+
+/// An instant and the wall-clock time it was, read once per process: a delivery's start is
+/// kept as a monotonic offset from it (the runner reads the monotonic clock anyway) and shown
+/// as a wall-clock time.
+fn clock_base() -> &'static (Instant, SystemTime) {
+    static BASE: OnceLock<(Instant, SystemTime)> = OnceLock::new();
+    BASE.get_or_init(|| (Instant::now(), SystemTime::now()))
 }
 
 /// Upper bounds of the latency buckets, in seconds: Prometheus' default buckets with a finer
@@ -296,6 +307,31 @@ impl ComponentMetrics {
                 .unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
+    /// Records that a sink's delivery (a batch handed to it, or the first of several) began
+    /// at `at`, until [`delivery_ended`](Self::delivery_ended): `/health` fails a sink whose
+    /// delivery stays in flight too long. One atomic store, no clock read of its own.
+    pub fn delivery_started(&self, at: Instant) {
+        let (base, _) = clock_base();
+        let nanos = at.saturating_duration_since(*base).as_nanos();
+        let stored = u64::try_from(nanos).unwrap_or(u64::MAX - 1) + 1;
+        self.status.delivering.store(stored, Ordering::Relaxed);
+    }
+    /// Records that the delivery in flight ended, delivered or failed.
+    pub fn delivery_ended(&self) {
+        self.status.delivering.store(0, Ordering::Relaxed);
+    }
+    /// When the sink's delivery now in flight began (wall clock), and how long ago; `None`
+    /// while none is.
+    pub fn delivery_in_flight(&self) -> Option<(SystemTime, Duration)> {
+        let stored = self.status.delivering.load(Ordering::Relaxed);
+        let (base, wall) = clock_base();
+        let offset = Duration::from_nanos(stored.checked_sub(1)?);
+        let began = *base + offset;
+        Some((
+            *wall + offset,
+            Instant::now().saturating_duration_since(began),
+        ))
+    }
     /// The failure the component has not recovered from, if any: a failed delivery or take,
     /// else what its client cannot reach.
     pub fn failure(&self) -> Option<Failure> {
@@ -367,6 +403,27 @@ mod tests {
         assert!(metrics.failure().is_none());
         // Unreachable alone does not count as a failed attempt.
         assert_eq!(metrics.counter("ConsecutiveFailures").get(), 0);
+    }
+
+    #[test]
+    fn a_delivery_is_in_flight_from_its_start_until_it_ends() {
+        let metrics = ComponentMetrics::new("sink", "k1");
+        assert!(metrics.delivery_in_flight().is_none());
+        let before = SystemTime::now();
+        let at = Instant::now();
+        metrics.delivery_started(at);
+        std::thread::sleep(Duration::from_millis(20));
+        let (since, elapsed) = metrics.delivery_in_flight().unwrap();
+        assert!(elapsed >= Duration::from_millis(20), "{elapsed:?}");
+        let off = since
+            .duration_since(before)
+            .unwrap_or_else(|e| e.duration());
+        assert!(off < Duration::from_secs(1), "{since:?} vs {before:?}");
+        // A clone shares the state, as the runner's and /health's do.
+        metrics.clone().delivery_ended();
+        assert!(metrics.delivery_in_flight().is_none());
+        // Not a failure by itself: /health judges its age.
+        assert!(metrics.failure().is_none());
     }
 
     #[test]

@@ -260,6 +260,7 @@ impl Member {
             self.counters.connections_closed.inc();
             info!(sink = %self.name(), "sink stopped");
         }
+        self.ctx.metrics.delivery_ended();
         self.ctx.metrics.stopped();
     }
 }
@@ -531,11 +532,16 @@ impl SinkRunner {
         if self.in_flight.is_empty() {
             self.processor.chosen(self.current);
         }
-        self.in_flight.since.get_or_insert_with(Instant::now);
         let short = n < self.members[self.current]
             .batch_size
             .min(self.channel.transaction_capacity());
         let member = &mut self.members[self.current];
+        if self.in_flight.since.is_none() {
+            // The delivery's one clock read, shared with /health (a stuck delivery fails it).
+            let now = Instant::now();
+            self.in_flight.since = Some(now);
+            member.ctx.metrics.delivery_started(now.into_std());
+        }
         member.counters.drain_attempts.add(n as u64);
         let sent = member
             .sink
@@ -547,13 +553,18 @@ impl SinkRunner {
         self.in_flight.push(take, short);
         match sent {
             Ok(()) => Flow::Continue,
-            Err(e) => self.failed(e).await,
+            Err(e) => {
+                member.ctx.metrics.delivery_ended();
+                self.failed(e).await
+            }
         }
     }
 
     /// Flushes the current member, then commits the takes in flight, oldest first.
     async fn flush(&mut self) -> Flow {
-        match self.member().sink.flush().await {
+        let flushed = self.member().sink.flush().await;
+        self.member().ctx.metrics.delivery_ended();
+        match flushed {
             Ok(()) => {
                 if let Some(since) = self.in_flight.since {
                     self.member().counters.delivery.observe(since.elapsed());
@@ -754,10 +765,15 @@ impl SinkRunner {
                 sequences: sequences.and_then(|s| s.get(start..end)),
             };
             member.counters.drain_attempts.add((end - start) as u64);
+            member
+                .ctx
+                .metrics
+                .delivery_started(Instant::now().into_std());
             let result = match member.sink.send(batch).await {
                 Ok(()) => member.sink.flush().await,
                 Err(error) => Err(error),
             };
+            member.ctx.metrics.delivery_ended();
             match result {
                 Ok(()) => {}
                 Err(error) if error.is_permanent() => {
@@ -845,6 +861,7 @@ impl SinkRunner {
         while !takes.is_empty() {
             let bounds = self.member().pipelining;
             let since = Instant::now();
+            self.member().ctx.metrics.delivery_started(since.into_std());
             let mut sent = Vec::new();
             let mut events = 0;
             while sent.len() < bounds.max_batches && events < bounds.max_events {
@@ -864,6 +881,7 @@ impl SinkRunner {
                 events += n;
                 sent.push(take);
                 if let Err(e) = result {
+                    self.member().ctx.metrics.delivery_ended();
                     self.member_failed(self.current, &e, events);
                     sent.extend(takes);
                     return Err((sent, e));
@@ -873,7 +891,9 @@ impl SinkRunner {
                 self.processor.chosen(self.current);
                 first = false;
             }
-            if let Err(e) = self.member().sink.flush().await {
+            let flushed = self.member().sink.flush().await;
+            self.member().ctx.metrics.delivery_ended();
+            if let Err(e) = flushed {
                 self.member_failed(self.current, &e, events);
                 sent.extend(takes);
                 return Err((sent, e));

@@ -887,3 +887,62 @@ async fn a_crash_after_a_transaction_of_several_batches_repeats_none_of_them() {
     assert_eq!(bodies, all);
     broker.shutdown().await;
 }
+
+/// A sink that notes, in each delivery, whether its metrics show a delivery in flight, and
+/// fails its first `failures` deliveries.
+struct WatchedSink {
+    metrics: ComponentMetrics,
+    seen: Arc<Mutex<Vec<bool>>>,
+    failures: usize,
+}
+
+#[async_trait]
+impl Sink for WatchedSink {
+    async fn deliver(&mut self, _batch: SinkBatch<'_>) -> Result<(), SinkError> {
+        let in_flight = self.metrics.delivery_in_flight().is_some();
+        self.seen.lock().unwrap().push(in_flight);
+        if self.failures > 0 {
+            self.failures -= 1;
+            return Err(SinkError::Delivery("the destination is down".into()));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delivery_is_in_flight_for_health_while_the_sink_has_it_and_not_after() {
+    let log = Log::default();
+    let channel = filled_channel(&log, 30, None).await;
+    let metrics = ComponentMetrics::new("sink", "watched");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = WatchedSink {
+        metrics: metrics.clone(),
+        seen: Arc::clone(&seen),
+        failures: 2,
+    };
+    let ctx = SinkContext {
+        name: "watched".into(),
+        metrics: metrics.clone(),
+        state: None,
+    };
+    let drain = Shutdown::new();
+    drain.trigger();
+    SinkRunner::new(ctx, Box::new(sink), Arc::new(channel), 10, drain)
+        .run()
+        .await;
+    let seen = seen.lock().unwrap().clone();
+    // Three batches, the first tried three times: each delivery in flight while it runs.
+    assert_eq!(seen, vec![true; 5]);
+    // Failed or delivered, none is left in flight.
+    assert!(metrics.delivery_in_flight().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_flush_leaves_no_delivery_in_flight() {
+    let log = Log::default();
+    let mut sink = pipelined(&log, 3);
+    sink.failing_flushes = vec![0];
+    let metrics = drain_through(sink, &log, 30, None).await;
+    assert!(lines(&log).contains(&"flush failed".to_owned()));
+    assert!(metrics.delivery_in_flight().is_none());
+}
