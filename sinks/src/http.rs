@@ -21,8 +21,8 @@ use std::error::Error as _;
 use std::time::Duration;
 
 use ferry_core::{
-    ComponentConfig, ConfigError, Event, Headers, Sink, SinkBatch, SinkContext, SinkError,
-    async_trait,
+    ComponentConfig, ComponentMetrics, ConfigError, Event, Headers, Sink, SinkBatch, SinkContext,
+    SinkError, async_trait,
 };
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{Client, Url};
@@ -74,6 +74,8 @@ pub struct HttpSink {
     content_type: String,
     config: HttpSinkConfig,
     client: Option<Client>,
+    /// The sink's metrics, from `start`: a connection error marks the endpoint unreachable.
+    metrics: Option<ComponentMetrics>,
 }
 
 impl HttpSink {
@@ -108,6 +110,7 @@ impl HttpSink {
             content_type,
             config,
             client: None,
+            metrics: None,
         })
     }
 
@@ -188,7 +191,8 @@ async fn snippet(response: reqwest::Response) -> String {
 
 #[async_trait]
 impl Sink for HttpSink {
-    async fn start(&mut self, _ctx: &SinkContext) -> Result<(), SinkError> {
+    async fn start(&mut self, ctx: &SinkContext) -> Result<(), SinkError> {
+        self.metrics = Some(ctx.metrics.clone());
         self.client().map(drop)
     }
 
@@ -205,7 +209,17 @@ impl Sink for HttpSink {
             .body(body)
             .send()
             .await
-            .map_err(|e| SinkError::Delivery(format!("POST {endpoint}: {}", describe(&e))))?;
+            .map_err(|e| {
+                let error = describe(&e);
+                if e.is_connect()
+                    && let Some(metrics) = &self.metrics
+                {
+                    // Known before any retry: `/health` names the endpoint from this first
+                    // refusal on; the next delivered batch clears it.
+                    metrics.unreachable(format!("cannot reach {endpoint}: {error}"));
+                }
+                SinkError::Delivery(format!("POST {endpoint}: {error}"))
+            })?;
         let status = response.status();
         if status.is_success() {
             // Read the (usually empty) answer so the connection can be reused.
@@ -397,6 +411,24 @@ mod tests {
         assert!(!err.is_permanent(), "{err}");
         let err = err.to_string();
         assert!(err.starts_with(&format!("POST {url}: ")), "{err}");
+        // Unreachable at once, naming the endpoint, and since the first refusal.
+        let metrics = sink.metrics.clone().unwrap();
+        assert!(metrics.is_unreachable());
+        let first = metrics.failure().unwrap();
+        assert!(
+            first.message.starts_with(&format!("cannot reach {url}: ")),
+            "{first:?}"
+        );
+        deliver(&mut sink).await.unwrap_err();
+        assert_eq!(metrics.failure().unwrap().since, first.since);
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_any_status_is_no_connection_error() {
+        let (url, _) = serve(503).await;
+        let mut sink = sink(&url, "").await;
+        deliver(&mut sink).await.unwrap_err();
+        assert!(!sink.metrics.as_ref().unwrap().is_unreachable());
     }
 
     #[tokio::test]
