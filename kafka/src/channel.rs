@@ -110,6 +110,9 @@ pub struct KafkaChannel {
     name: String,
     config: KafkaChannelConfig,
     connection: Connection,
+    /// `connection`, its clients reporting to the channel's metrics once
+    /// [`Channel::report_to`] was called (before `start`).
+    watched: std::sync::OnceLock<Connection>,
     producer_config: ClientConfig,
     consumer_config: ClientConfig,
     /// The transactional producer, one transaction at a time; `None` until initialised, and
@@ -173,10 +176,14 @@ impl KafkaChannel {
         for (key, value) in &config.consumer {
             consumer_config.set(key, value);
         }
+        // The channel's /health follows its clients (see `Channel::report_to`).
+        Connection::watch_settings(&mut producer_config);
+        Connection::watch_settings(&mut consumer_config);
         Ok(Self {
             name: cfg.name().to_owned(),
             config,
             connection,
+            watched: std::sync::OnceLock::new(),
             producer_config,
             consumer_config,
             producer: Mutex::new(None),
@@ -195,10 +202,23 @@ impl KafkaChannel {
         }
     }
 
+    /// The connection the clients are made with: reporting to the channel's metrics once told.
+    fn connection(&self) -> &Connection {
+        self.watched.get().unwrap_or(&self.connection)
+    }
+
+    /// The cluster answered a put or a take: whatever the clients reported unreachable is
+    /// reached (one atomic swap).
+    fn reached(&self) {
+        if let Some(metrics) = self.connection().watcher() {
+            metrics.reachable();
+        }
+    }
+
     /// A consumer of a source's checkpoint group (never subscribed).
     fn checkpoint_consumer(&self, source: &str) -> Result<GroupConsumer, ChannelError> {
         GroupConsumer::new(
-            &self.connection,
+            self.connection(),
             &format!("{}{source}", self.checkpoint_prefix),
         )
         .map_err(|e| e.in_channel(&self.name))
@@ -208,7 +228,7 @@ impl KafkaChannel {
     fn new_consumer(&self) -> Result<StreamConsumer<TokenContext>, ChannelError> {
         let consumer: StreamConsumer<TokenContext> = self
             .consumer_config
-            .create_with_context(self.connection.context())
+            .create_with_context(self.connection().context())
             .map_err(|e| self.error("creating the consumer", e))?;
         consumer
             .subscribe(&[&self.config.topic])
@@ -238,7 +258,7 @@ impl KafkaChannel {
     ) -> Result<&'a mut TransactionalProducer, ChannelError> {
         if slot.is_none() {
             let producer =
-                TransactionalProducer::init(&self.producer_config, self.connection.context())
+                TransactionalProducer::init(&self.producer_config, self.connection().context())
                     .await
                     .map_err(|e| e.in_channel(&self.name))?;
             *slot = Some(producer);
@@ -268,9 +288,9 @@ impl KafkaChannel {
         let mut slot = self.producer.lock().await;
         let producer = self.ready_producer(&mut slot).await?;
         let result = self.transaction(producer, batch, checkpoint).await;
-        if result.is_err()
-            && let Some(producer) = slot.take()
-        {
+        if result.is_ok() {
+            self.reached();
+        } else if let Some(producer) = slot.take() {
             // A new producer settles whatever state the transaction is in.
             producer.abort().await;
         }
@@ -341,7 +361,13 @@ impl Channel for KafkaChannel {
     }
 
     async fn start(&self) -> Result<(), ChannelError> {
-        match create_topic(&self.connection, &self.config.topic, self.config.partitions).await {
+        match create_topic(
+            self.connection(),
+            &self.config.topic,
+            self.config.partitions,
+        )
+        .await
+        {
             Ok(()) => {}
             Err(e @ ClientError::Refused { .. }) => return Err(e.in_channel(&self.name)),
             // The cluster may be down now; puts and takes retry later.
@@ -447,6 +473,9 @@ impl Channel for KafkaChannel {
             // A marker read after the last take moved the position alone.
             self.commit_positions(consumer, &positions);
         }
+        if !events.is_empty() {
+            self.reached();
+        }
         let one_partition = self
             .one_partition
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -491,6 +520,14 @@ impl Channel for KafkaChannel {
 
     fn keeps_checkpoints(&self) -> bool {
         true
+    }
+
+    /// From now on the channel's clients (made at `start` and after) report librdkafka's
+    /// all-brokers-down, resolve and authentication errors to `metrics`, as the kafka sink's
+    /// do: the channel's `/health` fails within seconds of a dead cluster, and is healthy again
+    /// when a client's statistics show a broker up or a put or take gets through.
+    fn report_to(&self, metrics: &ferry_core::ComponentMetrics) {
+        let _ = self.watched.set(self.connection.reporting_to(metrics));
     }
 
     fn load_checkpoint(&self, source: &str) -> Result<Option<Checkpoint>, ChannelError> {

@@ -207,6 +207,27 @@ impl Connection {
         client: &mut ClientConfig,
     ) {
         self.watcher = Some(metrics.clone());
+        Self::watch_settings(client);
+    }
+
+    /// This connection, its clients reporting to `metrics` (as after
+    /// [`report_to`](Self::report_to)); the clients' settings need
+    /// [`watch_settings`](Self::watch_settings).
+    pub(crate) fn reporting_to(&self, metrics: &ferry_core::ComponentMetrics) -> Self {
+        let mut connection = self.clone();
+        connection.watcher = Some(metrics.clone());
+        connection
+    }
+
+    /// The metrics the clients report to, once told.
+    pub(crate) fn watcher(&self) -> Option<&ferry_core::ComponentMetrics> {
+        self.watcher.as_ref()
+    }
+
+    /// The settings a client reporting what it cannot reach needs, unless `client` has them:
+    /// librdkafka's statistics every second (how a broker is seen up again) and reconnection
+    /// attempts at most a second apart.
+    pub(crate) fn watch_settings(client: &mut ClientConfig) {
         for (property, value) in [
             ("statistics.interval.ms", WATCH_INTERVAL_MS),
             ("reconnect.backoff.max.ms", "1000"),
