@@ -30,6 +30,7 @@ pub(crate) async fn bind(
         .local_addr()
         .map_err(|e| SourceError::io(format!("binding {address}"), e))?;
     tracing::info!(source = ctx.name(), address = %local, "{kind} source listening on UDP");
+    crate::listening(ctx);
     if let Some(tx) = on_listen {
         let _ = tx.send(local);
     }

@@ -98,6 +98,7 @@ impl Source for HttpSource {
             .local_addr()
             .map_err(|e| SourceError::io(format!("binding {address}"), e))?;
         tracing::info!(source = ctx.name(), address = %local, "http source listening");
+        crate::listening(&ctx);
         if let Some(tx) = on_listen {
             let _ = tx.send(local);
         }

@@ -43,6 +43,13 @@ pub mod syslog;
 #[cfg(unix)]
 pub mod taildir;
 
+/// A listening source bound its address (again): whatever made its runs fail (the address in
+/// use, say, while the runner retried) is over, so `/health` is not held at 503 until the
+/// first event arrives.
+pub(crate) fn listening(ctx: &ferry_core::SourceContext) {
+    ctx.metrics().succeeded();
+}
+
 /// Registers every built-in source and interceptor under its type name.
 pub fn register(registry: &mut Registry) {
     registry

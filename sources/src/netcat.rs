@@ -89,6 +89,7 @@ impl Source for NetcatSource {
             .local_addr()
             .map_err(|e| SourceError::io(format!("binding {address}"), e))?;
         tracing::info!(source = ctx.name(), address = %local, "netcat source listening");
+        crate::listening(&ctx);
         if let Some(tx) = on_listen {
             let _ = tx.send(local);
         }

@@ -253,6 +253,7 @@ impl Source for SyslogTcpSource {
             tracing::info!(source = ctx.name(), address = %local, "syslog source listening on TCP");
             listeners.push((listener, local));
         }
+        crate::listening(&ctx);
         if let Some(tx) = on_listen {
             let _ = tx.send(listeners.iter().map(|(_, local)| *local).collect());
         }
