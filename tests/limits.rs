@@ -32,15 +32,15 @@ use kafka_protocol::records::{
 use crate::harness::{Tmpfs, free_port, http_get, wait_until};
 
 /// `agent broker` on a free port with `settings` (YAML lines), under `ulimit -n` when given.
-struct Broker {
+pub(crate) struct Broker {
     child: Child,
     dir: PathBuf,
-    address: SocketAddr,
-    http: String,
+    pub(crate) address: SocketAddr,
+    pub(crate) http: String,
 }
 
 impl Broker {
-    fn start(dir: &Path, settings: &str, descriptor_limit: Option<u32>) -> Broker {
+    pub(crate) fn start(dir: &Path, settings: &str, descriptor_limit: Option<u32>) -> Broker {
         Broker::start_on(dir, &dir.join("data"), settings, descriptor_limit)
     }
 
@@ -109,11 +109,11 @@ impl Broker {
         broker
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("broker.log")).unwrap_or_default()
     }
 
-    fn connect(&self) -> TcpStream {
+    pub(crate) fn connect(&self) -> TcpStream {
         let stream = TcpStream::connect(self.address).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
@@ -131,7 +131,7 @@ impl Broker {
     }
 
     /// The value of a metric line starting with `prefix` on `/metrics`.
-    fn metric(&self, prefix: &str) -> f64 {
+    pub(crate) fn metric(&self, prefix: &str) -> f64 {
         let (status, body) = http_get(&self.http, "/metrics");
         assert_eq!(status, 200);
         body.lines()
@@ -149,7 +149,12 @@ impl Drop for Broker {
     }
 }
 
-fn frame_as<R: Encodable>(client_id: &str, key: ApiKey, version: i16, request: &R) -> Vec<u8> {
+pub(crate) fn frame_as<R: Encodable>(
+    client_id: &str,
+    key: ApiKey,
+    version: i16,
+    request: &R,
+) -> Vec<u8> {
     let header = RequestHeader::default()
         .with_request_api_key(key as i16)
         .with_request_api_version(version)
@@ -167,7 +172,7 @@ fn frame_as<R: Encodable>(client_id: &str, key: ApiKey, version: i16, request: &
 }
 
 /// Sends a request and decodes its response; `None` when the broker closed the connection.
-fn call<Req: Encodable, Resp: Decodable>(
+pub(crate) fn call<Req: Encodable, Resp: Decodable>(
     stream: &mut TcpStream,
     key: ApiKey,
     version: i16,
@@ -198,7 +203,7 @@ fn call_as<Req: Encodable, Resp: Decodable>(
     Some(response)
 }
 
-fn api_versions(stream: &mut TcpStream) -> Option<ApiVersionsResponse> {
+pub(crate) fn api_versions(stream: &mut TcpStream) -> Option<ApiVersionsResponse> {
     call(
         stream,
         ApiKey::ApiVersions,
@@ -451,7 +456,7 @@ fn memory_held_by_half_sent_requests_is_bounded_by_queued_max_request_bytes() {
     assert!(api_versions(&mut broker.connect()).is_some());
 }
 
-fn create_topic(stream: &mut TcpStream, name: &str) -> (i16, String) {
+pub(crate) fn create_topic(stream: &mut TcpStream, name: &str) -> (i16, String) {
     let request = CreateTopicsRequest::default()
         .with_topics(vec![
             CreatableTopic::default()

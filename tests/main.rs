@@ -10,6 +10,7 @@ mod harness;
 
 mod acls;
 mod chain;
+mod client_state;
 mod compaction;
 mod consumer_groups_848;
 mod dead_letters;
