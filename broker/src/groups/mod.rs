@@ -965,6 +965,40 @@ mod tests {
     }
 
     #[test]
+    fn consumer_protocol_members_and_groups_past_their_bounds_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = crate::api::Context::standalone(BrokerConfig {
+            data_dir: dir.path().to_path_buf(),
+            group_max_size: 2,
+            max_groups: 2,
+            ..Default::default()
+        });
+        ctx.topics.create("t", 4, 1, Map::new(), false).unwrap();
+        let groups = &ctx.groups;
+        for member in ["a", "b"] {
+            let joined = groups.consumer_heartbeat(&ctx.topics, "g", joining(member));
+            assert_eq!(joined.error, None, "{member}");
+        }
+        let full = groups.consumer_heartbeat(&ctx.topics, "g", joining("c"));
+        let (error, message) = full.error.unwrap();
+        assert_eq!(error, ResponseError::GroupMaxSizeReached);
+        assert!(message.contains("group_max_size"), "{message}");
+        // A member already in joins again (epoch 0) without being refused.
+        let again = groups.consumer_heartbeat(&ctx.topics, "g", joining("a"));
+        assert_eq!(again.error, None);
+        // One more group fits (a classic one), then none.
+        drop(groups.join("classic", join_request()));
+        let refused = groups.consumer_heartbeat(&ctx.topics, "third", joining("x"));
+        assert_eq!(refused.error.unwrap().0, ResponseError::PolicyViolation);
+        let Reply::Now(refused) = groups.join("fourth", join_request()) else {
+            panic!("a join past max_groups must be answered at once");
+        };
+        assert_eq!(refused.error, Some(ResponseError::PolicyViolation));
+        assert_eq!(ctx.limits.reached.get(Held::GroupMembers), 1);
+        assert_eq!(ctx.limits.reached.get(Held::Groups), 2);
+    }
+
+    #[test]
     fn a_consumer_group_stays_one_across_a_restart_with_its_offsets() {
         let dir = tempfile::tempdir().unwrap();
         {
