@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -917,5 +917,486 @@ sinks:
     lines.sort_unstable();
     lines.dedup();
     assert_eq!(lines.len(), 200, "every line once at least: {consumed}");
+    drop(broker);
+}
+
+/// Sends lines `line-{from}` to `line-{to - 1}` to a netcat source on `port` and reads each
+/// `OK`: a line is the source's once acknowledged.
+fn send_lines(port: u16, from: usize, to: usize) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    for i in from..to {
+        writeln!(stream, "line-{i}").unwrap();
+    }
+    let mut acks = std::io::BufReader::new(stream);
+    for _ in from..to {
+        let mut ok = String::new();
+        std::io::BufRead::read_line(&mut acks, &mut ok).unwrap();
+        assert_eq!(ok, "OK\n");
+    }
+}
+
+/// An HTTP endpoint on `listener` for the http sink's JSON batches: it holds each request
+/// unanswered while `answer` is unset, then answers 200 and keeps the batch's bodies.
+fn endpoint_on(
+    listener: std::net::TcpListener,
+    answer: Arc<AtomicBool>,
+) -> Arc<Mutex<Vec<String>>> {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&bodies);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let (bodies, answer) = (Arc::clone(&kept), Arc::clone(&answer));
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = std::io::BufReader::new(stream);
+                loop {
+                    let mut length = 0;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    std::io::Read::read_exact(&mut reader, &mut body).unwrap();
+                    while !answer.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    let events: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
+                    bodies.lock().unwrap().extend(
+                        events
+                            .iter()
+                            .map(|e| e["body"].as_str().unwrap().to_owned()),
+                    );
+                    if writer
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    bodies
+}
+
+/// Whether `bodies` holds `line-0` .. `line-{n - 1}`, each at least once.
+fn every_line(bodies: &Mutex<Vec<String>>, n: usize) -> bool {
+    let bodies = bodies.lock().unwrap();
+    let seen: std::collections::BTreeSet<&str> = bodies.iter().map(String::as_str).collect();
+    (0..n).all(|i| seen.contains(format!("line-{i}").as_str()))
+}
+
+/// The one failing component of a 503 `/health`, by its Flume key; panics unless the answer
+/// names it.
+fn failing_component(health: &serde_json::Value, key: &str) -> serde_json::Value {
+    health["failing"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not failing: {health}"))
+        .iter()
+        .find(|f| f["component"] == key)
+        .unwrap_or_else(|| panic!("{key} is not named: {health}"))
+        .clone()
+}
+
+/// A netcat source on `lines_port` into a memory channel and an http sink to `endpoint`,
+/// `extra` lines added to the sink.
+fn netcat_to_http(lines_port: u16, endpoint: &str, extra: &str) -> String {
+    format!(
+        r#"
+agent:
+  data_dir: ./state
+  http: 127.0.0.1:0
+  unhealthy_after: 3s
+sources:
+  lines:
+    type: netcat
+    channels: [buffer]
+    bind: 127.0.0.1
+    port: {lines_port}
+channels:
+  buffer:
+    type: memory
+    capacity: 10000
+sinks:
+  out:
+    type: http
+    channel: buffer
+    batch_size: 50
+    endpoint: {endpoint}
+{extra}"#
+    )
+}
+
+/// An http sink whose endpoint refuses connections (nothing listens on its port): `/health`
+/// answers 503 within `unhealthy_after` and a few seconds, naming the sink, the URL and since
+/// when; once a server listens there, 200 within 10 s and every line is delivered.
+#[test]
+fn health_names_an_http_sink_whose_endpoint_refuses_connections_until_one_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines_port = harness::free_port();
+    let endpoint_port = harness::free_port();
+    let url = format!("http://127.0.0.1:{endpoint_port}/events");
+    let agent = Agent::start(dir.path(), &netcat_to_http(lines_port, &url, ""));
+    let address = http_address(&agent);
+    wait_until(
+        Duration::from_secs(30),
+        "the netcat source to listen",
+        || std::net::TcpStream::connect(("127.0.0.1", lines_port)).is_ok(),
+    );
+    assert_eq!(get(&address, "/health").0, 200);
+    let sent = std::time::Instant::now();
+    send_lines(lines_port, 0, 200);
+    wait_until(Duration::from_secs(20), "/health to answer 503", || {
+        get(&address, "/health").0 == 503
+    });
+    let failed_after = sent.elapsed();
+    assert!(
+        failed_after <= Duration::from_secs(3 + 5),
+        "/health answered 503 {failed_after:?} after the first refused delivery, more than unhealthy_after + 5 s"
+    );
+    let (_, health) = json(&address, "/health");
+    let sink = failing_component(&health, "SINK.out");
+    let error = sink["error"].as_str().unwrap();
+    assert!(error.contains(&url), "the URL is not named: {health}");
+    assert!(
+        error.to_lowercase().contains("refused"),
+        "not a refusal: {health}"
+    );
+    assert!(sink["since"].as_str().is_some(), "{health}");
+    assert!(sink["failing_for_ms"].as_u64().unwrap() >= 3000, "{health}");
+
+    let listener = std::net::TcpListener::bind(("127.0.0.1", endpoint_port)).unwrap();
+    let bodies = endpoint_on(listener, Arc::new(AtomicBool::new(true)));
+    let back = std::time::Instant::now();
+    wait_until(Duration::from_secs(20), "/health to answer 200", || {
+        get(&address, "/health").0 == 200
+    });
+    let recovered_after = back.elapsed();
+    println!(
+        "/health: 503 {failed_after:?} after the lines were sent, 200 {recovered_after:?} after the endpoint listened"
+    );
+    assert!(
+        recovered_after <= Duration::from_secs(10),
+        "/health answered 200 {recovered_after:?} after the endpoint listened, more than 10 s"
+    );
+    wait_until(Duration::from_secs(30), "every line delivered", || {
+        every_line(&bodies, 200)
+    });
+    drop(agent);
+}
+
+/// An http sink whose endpoint accepts the request and never answers (a request timeout
+/// longer than the test): the delivery stays in flight, so `/health` answers 503 after
+/// `unhealthy_after` naming the sink and how long; when the endpoint answers, 200 again and
+/// every line delivered.
+#[test]
+fn health_fails_a_sink_whose_delivery_stays_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines_port = harness::free_port();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/events", listener.local_addr().unwrap());
+    let answer = Arc::new(AtomicBool::new(false));
+    let bodies = endpoint_on(listener, Arc::clone(&answer));
+    let config = netcat_to_http(lines_port, &url, "    request_timeout: 120s\n");
+    let agent = Agent::start(dir.path(), &config);
+    let address = http_address(&agent);
+    wait_until(
+        Duration::from_secs(30),
+        "the netcat source to listen",
+        || std::net::TcpStream::connect(("127.0.0.1", lines_port)).is_ok(),
+    );
+    let sent = std::time::Instant::now();
+    send_lines(lines_port, 0, 100);
+    wait_until(Duration::from_secs(20), "/health to answer 503", || {
+        get(&address, "/health").0 == 503
+    });
+    let failed_after = sent.elapsed();
+    assert!(
+        failed_after <= Duration::from_secs(3 + 5),
+        "/health answered 503 {failed_after:?} after the lines were sent, more than unhealthy_after + 5 s"
+    );
+    let (_, health) = json(&address, "/health");
+    let sink = failing_component(&health, "SINK.out");
+    let error = sink["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("delivery in flight for ") && error.ends_with(" s"),
+        "{health}"
+    );
+    assert!(sink["failing_for_ms"].as_u64().unwrap() >= 3000, "{health}");
+
+    answer.store(true, Ordering::SeqCst);
+    let answered = std::time::Instant::now();
+    wait_until(Duration::from_secs(20), "/health to answer 200", || {
+        get(&address, "/health").0 == 200
+    });
+    let recovered_after = answered.elapsed();
+    println!(
+        "/health: 503 {failed_after:?} after the lines were sent, 200 {recovered_after:?} after the endpoint answered"
+    );
+    assert!(recovered_after <= Duration::from_secs(10));
+    wait_until(Duration::from_secs(30), "every line delivered", || {
+        every_line(&bodies, 100)
+    });
+    drop(agent);
+}
+
+/// A netcat source whose port is taken: its runs fail to bind and are retried, so `/health`
+/// answers 503 naming the source, the address and the error; once the port is free the source
+/// binds and `/health` is 200 without waiting for an event.
+#[test]
+fn health_names_a_source_that_cannot_bind_its_port_until_it_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let config = format!(
+        r#"
+agent:
+  data_dir: ./state
+  http: 127.0.0.1:0
+  unhealthy_after: 2s
+sources:
+  lines:
+    type: netcat
+    channels: [buffer]
+    bind: 127.0.0.1
+    port: {port}
+channels:
+  buffer:
+    type: memory
+sinks:
+  out:
+    type: "null"
+    channel: buffer
+"#
+    );
+    let agent = Agent::start(dir.path(), &config);
+    let address = http_address(&agent);
+    wait_until(Duration::from_secs(20), "/health to answer 503", || {
+        get(&address, "/health").0 == 503
+    });
+    let (_, health) = json(&address, "/health");
+    let source = failing_component(&health, "SOURCE.lines");
+    let error = source["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(&format!("binding 127.0.0.1:{port}: ")),
+        "the address is not named: {health}"
+    );
+    assert!(error.to_lowercase().contains("in use"), "{health}");
+
+    drop(taken);
+    wait_until(Duration::from_secs(15), "/health to answer 200", || {
+        get(&address, "/health").0 == 200
+    });
+    send_lines(port, 0, 10);
+    drop(agent);
+}
+
+/// A kafka source whose broker is SIGKILLed: its consumer reports every broker down, so
+/// `/health` answers 503 naming the source and the broker; with the broker back, 200 within
+/// 10 s, and records produced then are consumed.
+#[test]
+fn health_fails_a_kafka_source_whose_broker_is_dead_and_recovers_when_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker_port = harness::free_port();
+    let bootstrap = format!("127.0.0.1:{broker_port}");
+    let mut broker = broker_on(&dir.path().join("broker"), broker_port);
+    let produce = |from: usize, to: usize| {
+        let lines: String = (from..to).map(|i| format!("record-{i}\n")).collect();
+        let out = harness::agent_output(
+            &[
+                "console-producer",
+                "--bootstrap-server",
+                &bootstrap,
+                "--topic",
+                "incoming",
+            ],
+            Some(lines.as_bytes()),
+        );
+        assert!(out.status.success(), "{out:?}");
+    };
+    produce(0, 50);
+    let pipeline = dir.path().join("pipeline");
+    std::fs::create_dir_all(&pipeline).unwrap();
+    let config = format!(
+        r#"
+agent:
+  data_dir: ./state
+  http: 127.0.0.1:0
+  unhealthy_after: 3s
+sources:
+  in:
+    type: kafka
+    channels: [buffer]
+    bootstrap_servers: {bootstrap}
+    topics: [incoming]
+    batch_size: 100
+    batch_duration: 100ms
+channels:
+  buffer:
+    type: memory
+sinks:
+  out:
+    type: "null"
+    channel: buffer
+"#
+    );
+    let agent = Agent::start(&pipeline, &config);
+    let address = http_address(&agent);
+    let drained = || {
+        let (_, flume) = json(&address, "/metrics.json");
+        flume["SINK.out"]["EventDrainSuccessCount"]
+            .as_str()
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    wait_until(
+        Duration::from_secs(60),
+        "the first records consumed",
+        || drained() >= 50,
+    );
+    assert_eq!(get(&address, "/health").0, 200);
+
+    broker.signal(Signal::SIGKILL);
+    broker.wait(Duration::from_secs(10));
+    let killed = std::time::Instant::now();
+    wait_until(Duration::from_secs(20), "/health to answer 503", || {
+        get(&address, "/health").0 == 503
+    });
+    let failed_after = killed.elapsed();
+    assert!(
+        failed_after <= Duration::from_secs(3 + 5),
+        "/health answered 503 {failed_after:?} after the broker died, more than unhealthy_after + 5 s"
+    );
+    let (_, health) = json(&address, "/health");
+    let source = failing_component(&health, "SOURCE.in");
+    assert!(
+        source["error"].as_str().unwrap().contains(&bootstrap),
+        "the broker is not named: {health}"
+    );
+
+    let broker = broker_on(&dir.path().join("broker"), broker_port);
+    let back = std::time::Instant::now();
+    wait_until(Duration::from_secs(20), "/health to answer 200", || {
+        get(&address, "/health").0 == 200
+    });
+    let recovered_after = back.elapsed();
+    println!(
+        "/health: 503 {failed_after:?} after the broker died, 200 {recovered_after:?} after it was back"
+    );
+    assert!(
+        recovered_after <= Duration::from_secs(10),
+        "/health answered 200 {recovered_after:?} after the broker came back, more than 10 s"
+    );
+    produce(50, 100);
+    wait_until(
+        Duration::from_secs(60),
+        "the later records consumed",
+        || drained() >= 100,
+    );
+    drop(agent);
+    drop(broker);
+}
+
+/// A kafka channel whose broker is SIGKILLed: its clients report every broker down to the
+/// channel's metrics (past the metrics wrapper), so `/health` answers 503 naming the channel
+/// and the broker; with the broker back, 200 within 10 s and lines flow through it again.
+#[test]
+fn health_fails_a_kafka_channel_whose_broker_is_dead_and_recovers_when_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker_port = harness::free_port();
+    let bootstrap = format!("127.0.0.1:{broker_port}");
+    let mut broker = broker_on(&dir.path().join("broker"), broker_port);
+    let lines_port = harness::free_port();
+    let pipeline = dir.path().join("pipeline");
+    std::fs::create_dir_all(&pipeline).unwrap();
+    let config = format!(
+        r#"
+agent:
+  data_dir: ./state
+  http: 127.0.0.1:0
+  unhealthy_after: 3s
+sources:
+  lines:
+    type: netcat
+    channels: [buffer]
+    bind: 127.0.0.1
+    port: {lines_port}
+channels:
+  buffer:
+    type: kafka
+    bootstrap_servers: {bootstrap}
+    topic: channel-health
+sinks:
+  out:
+    type: "null"
+    channel: buffer
+"#
+    );
+    let agent = Agent::start(&pipeline, &config);
+    let address = http_address(&agent);
+    let drained = || {
+        let (_, flume) = json(&address, "/metrics.json");
+        flume["SINK.out"]["EventDrainSuccessCount"]
+            .as_str()
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "the netcat source to listen",
+        || std::net::TcpStream::connect(("127.0.0.1", lines_port)).is_ok(),
+    );
+    send_lines(lines_port, 0, 50);
+    wait_until(Duration::from_secs(60), "the first lines through", || {
+        drained() >= 50
+    });
+    assert_eq!(get(&address, "/health").0, 200);
+
+    broker.signal(Signal::SIGKILL);
+    broker.wait(Duration::from_secs(10));
+    let killed = std::time::Instant::now();
+    wait_until(Duration::from_secs(20), "/health to answer 503", || {
+        get(&address, "/health").0 == 503
+    });
+    let failed_after = killed.elapsed();
+    assert!(
+        failed_after <= Duration::from_secs(3 + 5),
+        "/health answered 503 {failed_after:?} after the broker died, more than unhealthy_after + 5 s"
+    );
+    let (_, health) = json(&address, "/health");
+    let channel = failing_component(&health, "CHANNEL.buffer");
+    assert!(
+        channel["error"].as_str().unwrap().contains(&bootstrap),
+        "the broker is not named: {health}"
+    );
+
+    let broker = broker_on(&dir.path().join("broker"), broker_port);
+    let back = std::time::Instant::now();
+    wait_until(Duration::from_secs(20), "/health to answer 200", || {
+        get(&address, "/health").0 == 200
+    });
+    let recovered_after = back.elapsed();
+    println!(
+        "/health: 503 {failed_after:?} after the broker died, 200 {recovered_after:?} after it was back"
+    );
+    assert!(
+        recovered_after <= Duration::from_secs(10),
+        "/health answered 200 {recovered_after:?} after the broker came back, more than 10 s"
+    );
+    send_lines(lines_port, 50, 100);
+    wait_until(Duration::from_secs(60), "the later lines through", || {
+        drained() >= 100
+    });
+    drop(agent);
     drop(broker);
 }
