@@ -60,8 +60,9 @@ pub struct AgentSettings {
     )]
     pub full_channel_warning: Duration,
     /// A component that keeps failing this long without a success (a sink whose destination
-    /// is down, a source that stopped with an error) makes `/health` answer 503.
-    /// Default `30s`.
+    /// is down or cannot be reached, a source that stopped with an error or cannot reach its
+    /// input), or a sink whose delivery stays in flight this long, makes `/health` answer
+    /// 503. Default `30s`.
     #[serde(
         default = "default_unhealthy_after",
         with = "ferry_core::config::duration"
