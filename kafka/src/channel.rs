@@ -32,6 +32,7 @@ use ferry_core::{
 };
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Deserialize;
@@ -445,6 +446,13 @@ impl Channel for KafkaChannel {
             };
             let message = match message {
                 Ok(message) => message,
+                // A broker's connection failing is reported to /health by the clients (see
+                // `Channel::report_to`) and retried by the consumer itself: not a failed take.
+                // The consumer queues one per reconnection attempt while the cluster is down;
+                // failing a take for each would cost the sink a backoff apiece once it is back.
+                Err(KafkaError::MessageConsumption(
+                    RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown,
+                )) => continue,
                 // What was read is returned as the take (the consumer's position is past it);
                 // the error comes back with the next take if it lasts.
                 Err(e) if !events.is_empty() => {
