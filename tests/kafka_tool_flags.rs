@@ -1418,3 +1418,277 @@ fn dump_log_segments_takes_max_bytes_and_verifies_indexes_only() {
             .success()
     );
 }
+
+/// `agent console-consumer ARGS` against `bootstrap` reading `topic`.
+fn console_consumer(bootstrap: &str, topic: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "console-consumer",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+    ];
+    args.extend_from_slice(extra);
+    run(&args, None)
+}
+
+/// Asserts that `out` is a refusal (exit 1) whose standard error contains `message`.
+fn assert_refused(out: &Output, message: &str) {
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(message),
+        "expected `{message}`: {out:?}"
+    );
+}
+
+#[test]
+fn console_consumer_takes_the_group_offset_and_reset_as_kafkas_does() {
+    use rdkafka::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    let produced = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "flags",
+        ],
+        Some(b"a\nb\n"),
+    );
+    assert!(produced.status.success(), "{produced:?}");
+
+    // Kafka's refusals, before anything is read.
+    let refusals: [(&[&str], &str); 8] = [
+        (
+            &["--group", "g", "--offset", "0"],
+            "The partition is required when offset is specified.",
+        ),
+        (
+            &["--offset", "earliest"],
+            "The partition is required when offset is specified.",
+        ),
+        (
+            &["--partition", "0", "--offset", "0", "--from-beginning"],
+            "Options from-beginning and offset cannot be specified together.",
+        ),
+        (
+            &["--partition", "0", "--offset", "x"],
+            "The provided offset value 'x' is incorrect. Valid values are 'earliest', \
+             'latest', or a non-negative long.",
+        ),
+        (
+            &[
+                "--from-beginning",
+                "--consumer-property",
+                "auto.offset.reset=latest",
+            ],
+            "Can't simultaneously specify --from-beginning and 'auto.offset.reset=latest', \
+             please remove one option",
+        ),
+        (
+            &["--group", "a", "--consumer-property", "group.id=b"],
+            "do not match. Detected group ids: 'a', 'b'",
+        ),
+        (
+            &["--partition", "0", "--consumer-property", "group.id=b"],
+            "Options group and partition cannot be specified together.",
+        ),
+        (
+            &["--partition", "0", "--group", "b"],
+            "Options group and partition cannot be specified together.",
+        ),
+    ];
+    for (extra, message) in refusals {
+        assert_refused(&console_consumer(b, "flags", extra), message);
+    }
+    let include = run(
+        &[
+            "console-consumer",
+            "--bootstrap-server",
+            b,
+            "--include",
+            "fl.*",
+            "--offset",
+            "0",
+        ],
+        None,
+    );
+    assert_refused(
+        &include,
+        "The partition is required when offset is specified.",
+    );
+
+    // The user's auto.offset.reset is used: earliest without --from-beginning reads all.
+    let two = ["--max-messages", "2", "--timeout-ms", "20000"];
+    let mut args = vec!["--consumer-property", "auto.offset.reset=earliest"];
+    args.extend_from_slice(&two);
+    let out = console_consumer(b, "flags", &args);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a\nb\n");
+    // ... and agrees with --from-beginning.
+    args.push("--from-beginning");
+    assert_eq!(
+        String::from_utf8_lossy(&console_consumer(b, "flags", &args).stdout),
+        "a\nb\n"
+    );
+
+    // print.value=false: the last field printed ends the line.
+    let out = console_consumer(
+        b,
+        "flags",
+        &[
+            "--from-beginning",
+            "--max-messages",
+            "2",
+            "--timeout-ms",
+            "20000",
+            "--property",
+            "print.offset=true",
+            "--property",
+            "print.partition=true",
+            "--property",
+            "print.value=false",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Partition:0\tOffset:0\nPartition:0\tOffset:1\n"
+    );
+
+    // group.id of --consumer.config is the group: it commits, and a second run, with the
+    // same group as a --consumer-property, has nothing left to read.
+    let config = dir.path().join("consumer.properties");
+    std::fs::write(&config, "group.id=from-file\n").unwrap();
+    let config = config.to_str().unwrap();
+    let first = console_consumer(
+        b,
+        "flags",
+        &[
+            "--consumer.config",
+            config,
+            "--from-beginning",
+            "--max-messages",
+            "2",
+            "--timeout-ms",
+            "20000",
+        ],
+    );
+    assert!(first.status.success(), "{first:?}");
+    assert_eq!(String::from_utf8_lossy(&first.stdout), "a\nb\n");
+    let described = ok(&[
+        "groups",
+        "--bootstrap-server",
+        b,
+        "--describe",
+        "--group",
+        "from-file",
+    ]);
+    assert!(described.contains("flags"), "{described}");
+    let second = console_consumer(
+        b,
+        "flags",
+        &[
+            "--consumer-property",
+            "group.id=from-file",
+            "--group",
+            "from-file",
+            "--from-beginning",
+            "--timeout-ms",
+            "3000",
+        ],
+    );
+    assert!(second.status.success(), "{second:?}");
+    assert_eq!(String::from_utf8_lossy(&second.stdout), "");
+
+    // An open transaction: read by default (read_uncommitted, as Kafka's console consumer),
+    // not with --isolation-level read_committed, nor with the property (no flag to win).
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", b)
+        .set("transactional.id", "flags-open")
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(20)).unwrap();
+    producer.begin_transaction().unwrap();
+    producer
+        .send(BaseRecord::<(), str>::to("open").payload("pending"))
+        .unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let read = |extra: &[&str]| {
+        let mut args = vec!["--from-beginning", "--max-messages", "1", "--timeout-ms"];
+        args.push("4000");
+        args.extend_from_slice(extra);
+        let out = console_consumer(b, "open", &args);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(read(&[]), "pending\n");
+    assert_eq!(read(&["--isolation-level", "read_committed"]), "");
+    assert_eq!(
+        read(&["--consumer-property", "isolation.level=read_committed"]),
+        ""
+    );
+    assert_eq!(
+        read(&[
+            "--consumer-property",
+            "isolation.level=read_committed",
+            "--isolation-level",
+            "read_uncommitted"
+        ]),
+        "pending\n"
+    );
+    producer.abort_transaction(Duration::from_secs(10)).unwrap();
+
+    // --compression-codec wins over the properties' compression.type; without it, theirs is
+    // used. (Lines that compress: librdkafka sends a batch that does not shrink as is.)
+    let lines = "the same line again and again\n".repeat(200);
+    let produce = |topic: &str, extra: &[&str]| {
+        let mut args = vec![
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            topic,
+        ];
+        args.extend_from_slice(extra);
+        let out = run(&args, Some(lines.as_bytes()));
+        assert!(out.status.success(), "{out:?}");
+    };
+    produce(
+        "by-flag",
+        &[
+            "--producer-property",
+            "compression.type=gzip",
+            "--compression-codec",
+            "lz4",
+        ],
+    );
+    produce(
+        "by-property",
+        &["--producer-property", "compression.type=snappy"],
+    );
+    produce("by-default", &["--compression-codec"]);
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+    for (topic, codec) in [
+        ("by-flag", "lz4"),
+        ("by-property", "snappy"),
+        ("by-default", "gzip"),
+    ] {
+        let log = dir
+            .path()
+            .join(format!("broker/{topic}-0/00000000000000000000.log"));
+        let dumped = ok(&["dump-log-segments", "--files", log.to_str().unwrap()]);
+        assert!(
+            dumped.contains(&format!("compresscodec: {codec} ")),
+            "{topic}: {dumped}"
+        );
+    }
+}

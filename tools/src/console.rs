@@ -151,22 +151,38 @@ impl RecordFormat {
         out: &mut impl Write,
     ) -> std::io::Result<()> {
         use rdkafka::message::{Headers as _, Timestamp};
-        let sep = self.separator.as_bytes();
+        // As Kafka's formatter: each field is followed by `key.separator` when another one
+        // follows it, by `line.separator` when it is the last (`print.value=false`).
+        let shown = [
+            self.timestamp,
+            self.partition,
+            self.offset,
+            self.headers,
+            self.key,
+            self.value,
+        ];
+        let after = |field: usize, out: &mut dyn Write| -> std::io::Result<()> {
+            if shown[field + 1..].contains(&true) {
+                out.write_all(self.separator.as_bytes())
+            } else {
+                out.write_all(self.line_separator.as_bytes())
+            }
+        };
         if self.timestamp {
             match message.timestamp() {
                 Timestamp::NotAvailable => out.write_all(b"NO_TIMESTAMP")?,
                 Timestamp::CreateTime(t) => write!(out, "CreateTime:{t}")?,
                 Timestamp::LogAppendTime(t) => write!(out, "LogAppendTime:{t}")?,
             }
-            out.write_all(sep)?;
+            after(0, out)?;
         }
         if self.partition {
             write!(out, "Partition:{}", message.partition())?;
-            out.write_all(sep)?;
+            after(1, out)?;
         }
         if self.offset {
             write!(out, "Offset:{}", message.offset())?;
-            out.write_all(sep)?;
+            after(2, out)?;
         }
         if self.headers {
             match message.headers().filter(|h| h.count() > 0) {
@@ -182,11 +198,11 @@ impl RecordFormat {
                     }
                 }
             }
-            out.write_all(sep)?;
+            after(3, out)?;
         }
         if self.key {
             out.write_all(message.key().unwrap_or(b"null"))?;
-            out.write_all(sep)?;
+            after(4, out)?;
         }
         if self.value {
             out.write_all(message.payload().unwrap_or(b"null"))?;
@@ -210,9 +226,16 @@ pub struct ProducerArgs {
     /// A librdkafka producer property `key=value` (e.g. `acks=all`); repeatable.
     #[arg(long = "producer-property", value_name = "KEY=VALUE")]
     producer_properties: Vec<String>,
-    /// Compression: none, gzip, snappy, lz4 or zstd.
-    #[arg(long = "compression-codec", default_value = "none")]
-    compression_codec: String,
+    /// Compression: none, gzip, snappy, lz4 or zstd (`gzip` when given without a value, as
+    /// Kafka). It wins over `compression.type` of the properties; without it, theirs is used,
+    /// else none.
+    #[arg(
+        long = "compression-codec",
+        value_name = "CODEC",
+        num_args = 0..=1,
+        default_missing_value = "gzip"
+    )]
+    compression_codec: Option<String>,
     /// The acknowledgement each request waits for (Kafka's `acks`): `all`, `-1`, `0` or `1`.
     #[arg(long = "request-required-acks", value_name = "ACKS")]
     request_required_acks: Option<String>,
@@ -224,15 +247,7 @@ pub struct ProducerArgs {
 /// Runs `agent console-producer`: every line of standard input becomes one record.
 pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
     let format = LineFormat::from_properties(&args.properties, "parse.key")?;
-    let mut config = args.cluster.client_config(&[])?;
-    config.set("compression.codec", &args.compression_codec);
-    if let Some(acks) = &args.request_required_acks {
-        config.set("acks", acks);
-    }
-    for pair in &args.producer_properties {
-        let (k, v) = split_property(pair)?;
-        config.set(k, v);
-    }
+    let config = producer_config(&args)?;
     let producer: BaseProducer<DeliveryFailures> = config
         .create_with_context(DeliveryFailures::default())
         .context("creating the producer")?;
@@ -247,6 +262,52 @@ pub fn produce(args: ProducerArgs) -> anyhow::Result<()> {
         bail!("{failed} records were not delivered; first error: {first}");
     }
     Ok(())
+}
+
+/// librdkafka's names of the compression setting: one setting under two names.
+const COMPRESSION_KEYS: [&str; 2] = ["compression.codec", "compression.type"];
+
+/// The producer's settings as Kafka's console producer merges them: --producer.config, then
+/// --producer-property, then the flags given (--compression-codec, --request-required-acks),
+/// which win. The compression is kept under one name, so the last one given decides.
+fn producer_config(args: &ProducerArgs) -> anyhow::Result<rdkafka::config::ClientConfig> {
+    let mut config = args.cluster.client_config(&[])?;
+    let file_codecs: Vec<&str> = COMPRESSION_KEYS
+        .iter()
+        .filter_map(|k| config.get(k))
+        .collect();
+    if let [first, second] = file_codecs[..]
+        && first != second
+    {
+        bail!(
+            "--producer.config sets both compression.codec ({first}) and compression.type \
+             ({second}): keep one"
+        );
+    }
+    let set_compression = |config: &mut rdkafka::config::ClientConfig, codec: &str| {
+        for key in COMPRESSION_KEYS {
+            config.remove(key);
+        }
+        config.set("compression.codec", codec);
+    };
+    if let Some(codec) = file_codecs.first().map(|c| (*c).to_owned()) {
+        set_compression(&mut config, &codec);
+    }
+    for pair in &args.producer_properties {
+        let (k, v) = split_property(pair)?;
+        if COMPRESSION_KEYS.contains(&k) {
+            set_compression(&mut config, v);
+        } else {
+            config.set(k, v);
+        }
+    }
+    if let Some(codec) = &args.compression_codec {
+        set_compression(&mut config, codec);
+    }
+    if let Some(acks) = &args.request_required_acks {
+        config.set("acks", acks);
+    }
+    Ok(config)
 }
 
 /// Sends every line of standard input; stops at the first bad one (unless `ignore.error`).
@@ -348,20 +409,23 @@ pub struct ConsumerArgs {
     /// `console-consumer-<pid>` of its own without it.
     #[arg(long, value_name = "REGEX", conflicts_with = "partition")]
     include: Option<String>,
-    /// Start at the earliest record rather than the end.
+    /// Start at the earliest record rather than the end (in a group: where the group has no
+    /// committed offset); refused next to --offset or another `auto.offset.reset`.
     #[arg(long = "from-beginning")]
     from_beginning: bool,
     /// Exit after this many records.
     #[arg(long = "max-messages")]
     max_messages: Option<u64>,
     /// Consume as a member of this consumer group, committing offsets as it goes (without
-    /// it, every partition is read directly and nothing is committed).
+    /// it, every partition is read directly and nothing is committed). `group.id` of
+    /// --consumer.config or --consumer-property is taken the same way; given in several
+    /// places, it must be the same.
     #[arg(long)]
     group: Option<String>,
     /// Read only this partition.
     #[arg(long)]
     partition: Option<i32>,
-    /// With --partition: `earliest`, `latest` or an offset.
+    /// With --partition (and without --from-beginning): `earliest`, `latest` or an offset.
     #[arg(long)]
     offset: Option<String>,
     /// Exit when no record arrived for this many milliseconds.
@@ -375,7 +439,8 @@ pub struct ConsumerArgs {
     /// A librdkafka consumer property `key=value` (e.g. `isolation.level=read_uncommitted`).
     #[arg(long = "consumer-property", value_name = "KEY=VALUE")]
     consumer_properties: Vec<String>,
-    /// `read_committed` (the default, as librdkafka) or `read_uncommitted`.
+    /// `read_committed` or `read_uncommitted`; without it the properties' `isolation.level`,
+    /// else `read_uncommitted`, as Kafka's console consumer.
     #[arg(long = "isolation-level", value_parser = ["read_committed", "read_uncommitted"])]
     isolation_level: Option<String>,
     /// The message formatter: only Kafka's default one is known
@@ -395,12 +460,122 @@ impl ConsumerArgs {
     }
 }
 
+/// Where a consumer without a group starts: `--offset`, else `--from-beginning`, else the
+/// end; for the partitions of a whole topic without `--partition`, the reset policy
+/// (`auto.offset.reset`) decides, as it does for Kafka's consumer of a fresh group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    Earliest,
+    Latest,
+    At(i64),
+}
+
+/// `--offset` as Kafka reads it: `earliest`, `latest` (any case) or a non-negative number.
+fn parse_offset(text: &str) -> anyhow::Result<Start> {
+    match text.to_ascii_lowercase().as_str() {
+        "earliest" => Ok(Start::Earliest),
+        "latest" => Ok(Start::Latest),
+        _ => match text.parse::<i64>() {
+            Ok(n) if n >= 0 => Ok(Start::At(n)),
+            _ => bail!(
+                "The provided offset value '{text}' is incorrect. Valid values are \
+                 'earliest', 'latest', or a non-negative long."
+            ),
+        },
+    }
+}
+
+/// The consumer settings of `--consumer.config` then `--consumer-property`, as Kafka merges
+/// them (a property given on the command line wins over the file's).
+fn consumer_settings(args: &ConsumerArgs) -> anyhow::Result<rdkafka::config::ClientConfig> {
+    let mut config = args.cluster.client_config(&[])?;
+    for pair in &args.consumer_properties {
+        let (k, v) = split_property(pair)?;
+        config.set(k, v);
+    }
+    Ok(config)
+}
+
+/// Checks the flags as Kafka's console consumer does, before connecting: the group given in
+/// one place or several alike, no group with `--partition`, `--offset` only with
+/// `--partition` and not with `--from-beginning`, and an `auto.offset.reset` that agrees with
+/// `--from-beginning`. Gives the group (none: partitions are read directly), where to start
+/// and the reset policy.
+fn check_consumer_flags(
+    args: &ConsumerArgs,
+    config: &rdkafka::config::ClientConfig,
+    file_group: Option<&str>,
+) -> anyhow::Result<(Option<String>, Start, &'static str)> {
+    if args.partition.is_some() {
+        if args.topic.is_none() {
+            bail!("The topic is required when partition is specified.");
+        }
+        if args.from_beginning && args.offset.is_some() {
+            bail!("Options from-beginning and offset cannot be specified together.");
+        }
+    } else if args.offset.is_some() {
+        bail!("The partition is required when offset is specified.");
+    }
+    // The group: --group, `group.id` of --consumer.config, `group.id` of --consumer-property.
+    let property_group = args
+        .consumer_properties
+        .iter()
+        .filter_map(|pair| split_property(pair).ok())
+        .filter(|(k, _)| *k == "group.id")
+        .map(|(_, v)| v)
+        .next_back();
+    let mut groups: Vec<&str> = Vec::new();
+    for group in [args.group.as_deref(), file_group, property_group]
+        .into_iter()
+        .flatten()
+    {
+        if !groups.contains(&group) {
+            groups.push(group);
+        }
+    }
+    if groups.len() > 1 {
+        let quoted: Vec<String> = groups.iter().map(|g| format!("'{g}'")).collect();
+        bail!(
+            "The group ids provided in different places (directly using '--group', via \
+             '--consumer-property', or via '--consumer.config') do not match. Detected group \
+             ids: {}",
+            quoted.join(", ")
+        );
+    }
+    let group = groups.first().map(|g| (*g).to_owned());
+    if group.is_some() && args.partition.is_some() {
+        bail!("Options group and partition cannot be specified together.");
+    }
+    // auto.offset.reset: the user's, unless it contradicts --from-beginning.
+    let reset = match config.get("auto.offset.reset") {
+        Some(value) => {
+            let policy = match value.trim().to_ascii_lowercase().as_str() {
+                "earliest" | "smallest" | "beginning" => "earliest",
+                "latest" | "largest" | "end" => "latest",
+                "none" | "error" => "error",
+                other => bail!("auto.offset.reset `{other}`: expected earliest, latest or none"),
+            };
+            if args.from_beginning && policy != "earliest" {
+                bail!(
+                    "Can't simultaneously specify --from-beginning and \
+                     'auto.offset.reset={value}', please remove one option"
+                );
+            }
+            policy
+        }
+        None if args.from_beginning => "earliest",
+        None => "latest",
+    };
+    let start = match (&args.offset, args.from_beginning) {
+        (Some(offset), _) => parse_offset(offset)?,
+        (None, true) => Start::Earliest,
+        (None, false) => Start::Latest,
+    };
+    Ok((group, start, reset))
+}
+
 /// Runs `agent console-consumer`: prints each record's value on its own line.
 pub fn consume(mut args: ConsumerArgs) -> anyhow::Result<()> {
-    if args.include.is_some() && args.group.is_none() {
-        // A pattern subscription needs a group, as in Kafka (which picks a random one).
-        args.group = Some(format!("console-consumer-{}", std::process::id()));
-    }
     if let Some(formatter) = &args.formatter
         && !DEFAULT_FORMATTERS.contains(&formatter.as_str())
     {
@@ -411,35 +586,51 @@ pub fn consume(mut args: ConsumerArgs) -> anyhow::Result<()> {
         );
     }
     let format = RecordFormat::from_properties(&args.properties)?;
-    let mut config = args.cluster.client_config(&[])?;
-    if let Some(level) = &args.isolation_level {
-        config.set("isolation.level", level);
+    let file_group = args
+        .cluster
+        .client_config(&[])?
+        .get("group.id")
+        .map(str::to_owned);
+    let mut config = consumer_settings(&args)?;
+    let (group, start, reset) = check_consumer_flags(&args, &config, file_group.as_deref())?;
+    // Auto-commit is the consumer's default in a group given by the user, and off in the
+    // group the tool makes up; `enable.auto.commit` given by the user decides either way (with
+    // `false`, nothing is ever committed), as for Kafka's console consumer.
+    let commits = match config.get("enable.auto.commit") {
+        Some(v) => v.trim().eq_ignore_ascii_case("true"),
+        None => group.is_some(),
+    };
+    args.group = group;
+    if args.include.is_some() && args.group.is_none() {
+        // A pattern subscription needs a group, as in Kafka (which picks a random one).
+        args.group = Some(format!("console-consumer-{}", std::process::id()));
     }
-    config.set("enable.auto.commit", "false");
-    config.set("group.id", "agent-console-consumer");
-    for pair in &args.consumer_properties {
-        let (k, v) = split_property(pair)?;
-        config.set(k, v);
-    }
-    if let Some(group) = &args.group {
-        if args.partition.is_some() {
-            bail!("--group and --partition exclude each other");
+    // As Kafka's console consumer: --isolation-level wins, then the properties' own
+    // `isolation.level`, then read_uncommitted.
+    match &args.isolation_level {
+        Some(level) => {
+            config.set("isolation.level", level);
         }
-        // As Kafka's console consumer: a new group starts at the end, or at the beginning
-        // with --from-beginning; offsets are committed as records are printed.
+        None if config.get("isolation.level").is_none() => {
+            config.set("isolation.level", "read_uncommitted");
+        }
+        None => {}
+    }
+    config.set("auto.offset.reset", reset);
+    if let Some(group) = &args.group {
+        // As Kafka's console consumer: a new group starts where the reset policy says (the
+        // end, or the beginning with --from-beginning); offsets are committed as records are
+        // printed.
         config
             .set("group.id", group)
-            .set("enable.auto.commit", "true")
+            .set("enable.auto.commit", if commits { "true" } else { "false" })
             // Only offsets of records already printed are committed.
-            .set("enable.auto.offset.store", "false")
-            .set(
-                "auto.offset.reset",
-                if args.from_beginning {
-                    "earliest"
-                } else {
-                    "latest"
-                },
-            );
+            .set("enable.auto.offset.store", "false");
+    } else {
+        // Partitions are assigned, never committed: the group id is librdkafka's need only.
+        config
+            .set("group.id", "agent-console-consumer")
+            .set("enable.auto.commit", "false");
     }
     let consumer: BaseConsumer = config.create().context("creating the consumer")?;
     if args.group.is_some() {
@@ -457,19 +648,23 @@ pub fn consume(mut args: ConsumerArgs) -> anyhow::Result<()> {
         consumer
             .subscribe(&[&subscription])
             .context("joining the group")?;
-        return print_records(&consumer, &args, &format);
+        return print_records(&consumer, &args, &format, commits);
     }
-    let start =
-        match (args.offset.as_deref(), args.from_beginning) {
-            (Some("earliest"), _) | (None, true) => Offset::Beginning,
-            (Some("latest"), _) | (None, false) => Offset::End,
-            (Some(n), _) => Offset::Offset(n.parse().with_context(|| {
-                format!("--offset `{n}`: expected earliest, latest or a number")
-            })?),
-        };
-    if args.offset.is_some() && args.partition.is_none() {
-        bail!("--offset needs --partition");
-    }
+    let start = match (args.partition, start) {
+        (Some(_), Start::At(n)) => Offset::Offset(n),
+        (Some(_), Start::Earliest) => Offset::Beginning,
+        (Some(_), Start::Latest) => Offset::End,
+        // Every partition of the topic, as Kafka's consumer of a fresh group: where the reset
+        // policy says.
+        (None, _) => match reset {
+            "earliest" => Offset::Beginning,
+            "latest" => Offset::End,
+            _ => bail!(
+                "auto.offset.reset=none: without a group there is no committed offset to start \
+                 from; give --group (or group.id), --from-beginning, or --partition with --offset"
+            ),
+        },
+    };
     let partitions: Vec<i32> = match args.partition {
         Some(p) => vec![p],
         None => match wait_for_partitions(&consumer, &args)? {
@@ -488,7 +683,7 @@ pub fn consume(mut args: ConsumerArgs) -> anyhow::Result<()> {
     consumer
         .assign(&assignment)
         .context("assigning partitions")?;
-    print_records(&consumer, &args, &format)
+    print_records(&consumer, &args, &format, false)
 }
 
 /// The partitions of `--topic`, waiting (as Kafka's console consumer does) for a topic that
@@ -571,6 +766,7 @@ fn print_records(
     consumer: &BaseConsumer,
     args: &ConsumerArgs,
     format: &RecordFormat,
+    commits: bool,
 ) -> anyhow::Result<()> {
     let stop = stop_on_signals()?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -598,7 +794,7 @@ fn print_records(
             Some(Err(error)) => bail!("consuming {}: {error}", args.label()),
             Some(Ok(message)) => {
                 format.write(&message, &mut out)?;
-                if args.group.is_some() {
+                if commits {
                     consumer
                         .store_offset_from_message(&message)
                         .context("storing the offset of a printed record")?;
@@ -609,7 +805,7 @@ fn print_records(
         }
     }
     out.flush()?;
-    if args.group.is_some() {
+    if commits {
         // Kafka's consumer commits its position, which moves past transaction markers (that
         // are never printed), so a fully read transactional partition has lag 0; librdkafka's
         // position does the same, while a stored record offset would stop before the marker.
