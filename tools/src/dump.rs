@@ -29,12 +29,14 @@ pub struct DumpLogSegmentsArgs {
     /// when any is found.
     #[arg(long = "verify-index-only")]
     verify_index_only: bool,
-    /// Kafka's flag to iterate the records inside each batch: taken, and nothing more,
-    /// since the records are always iterated.
+    /// Iterate the records inside each batch: as Kafka, --print-data-log does it too, so the
+    /// flag is taken with --print-data-log; alone (each record's metadata without its key and
+    /// payload) it is refused, naming --print-data-log.
     #[arg(long = "deep-iteration")]
     deep_iteration: bool,
-    /// Kafka's flag to decode `__consumer_offsets` records: taken, and nothing more, since
-    /// the bundled broker keeps group offsets in its metadata database, not in a topic.
+    /// Kafka's flag to decode `__consumer_offsets` records: refused, since the bundled broker
+    /// keeps group offsets in its metadata database, not in a topic (`agent groups
+    /// --describe` prints them).
     #[arg(long = "offsets-decoder")]
     offsets_decoder: bool,
 }
@@ -42,6 +44,20 @@ pub struct DumpLogSegmentsArgs {
 /// Dumps every file of `args`; an error when a damaged range or (with --verify-index-only)
 /// a disagreeing index entry was found.
 pub fn run(args: &DumpLogSegmentsArgs) -> anyhow::Result<()> {
+    if args.offsets_decoder {
+        anyhow::bail!(
+            "--offsets-decoder is not supported: the bundled broker keeps group offsets in its \
+             metadata database, not in a __consumer_offsets topic; `agent groups --describe` \
+             prints them, and --print-data-log prints any topic's records"
+        );
+    }
+    if args.deep_iteration && !args.print_data_log {
+        anyhow::bail!(
+            "--deep-iteration alone (each record without its key and payload) is not \
+             supported: use --print-data-log, which iterates the records too and prints each \
+             with its key and payload"
+        );
+    }
     let options = ferry_broker::DumpOptions {
         print_data_log: args.print_data_log,
         verify: args.verify,
