@@ -157,7 +157,7 @@ pub fn run(args: ConfigsArgs) -> anyhow::Result<()> {
             bail!("--entity-type (topics or brokers), --topic or --broker is needed")
         }
     };
-    let security = args.cluster.wire_security()?;
+    let security = args.cluster.wire_only_security()?;
     let bootstrap = args.cluster.bootstrap_server.clone();
     let mut out = std::io::stdout().lock();
     runtime()?.block_on(async {

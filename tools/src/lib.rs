@@ -104,18 +104,63 @@ impl ClusterArgs {
         }
     }
 
-    /// The security of the tools' own protocol connections, from `--command-config`.
-    fn wire_security(&self) -> anyhow::Result<wire::Security> {
+    /// The properties of `--command-config` then the `k=v` `overrides`, as librdkafka names
+    /// them.
+    fn all_properties(
+        &self,
+        overrides: &[String],
+    ) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
         let mut config = ClientConfig::new();
         if let Some(properties) = self.properties()? {
             properties.apply(&mut config);
         }
+        for pair in overrides {
+            let (key, value) = split_property(pair)?;
+            config.set(key, value);
+        }
         // `config_map` hides secrets behind a placeholder: the values come from `get`.
-        let properties = config
+        Ok(config
             .config_map()
             .into_keys()
             .filter_map(|k| Some((k.to_owned(), config.get(k)?.to_owned())))
+            .collect())
+    }
+
+    /// How the tools' own protocol connections are made (security, `client.id`, timeouts),
+    /// from `--command-config` and the `k=v` `overrides`, for a tool that also makes a
+    /// librdkafka client of them (which takes the other properties).
+    fn wire_security_with(&self, overrides: &[String]) -> anyhow::Result<wire::Security> {
+        wire::Security::from_properties(&self.all_properties(overrides)?)
+    }
+
+    /// As [`Self::wire_security_with`] without overrides.
+    fn wire_security(&self) -> anyhow::Result<wire::Security> {
+        self.wire_security_with(&[])
+    }
+
+    /// As [`Self::wire_security`], for a tool whose only connections are its own: a
+    /// property they do not take is refused, naming it, rather than dropped.
+    fn wire_only_security(&self) -> anyhow::Result<wire::Security> {
+        let properties = self.all_properties(&[])?;
+        let unused: Vec<&str> = properties
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !wire::SECURITY_KEYS.contains(k) && !wire::CONNECTION_KEYS.contains(k))
             .collect();
+        if let (false, Some(path)) = (unused.is_empty(), &self.command_config) {
+            bail!(
+                "{}: {} not used by this tool, whose connections take only the security \
+                 properties (security.protocol, sasl.*, ssl.*) and {}",
+                path.display(),
+                unused
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + if unused.len() == 1 { " is" } else { " are" },
+                wire::CONNECTION_KEYS.join(", ")
+            );
+        }
         wire::Security::from_properties(&properties)
     }
 

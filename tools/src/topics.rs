@@ -11,7 +11,7 @@ use rdkafka::admin::{
 };
 use rdkafka::client::DefaultClientContext;
 
-use super::wire::Connection;
+use super::wire::{Connection, Security};
 use super::{ClusterArgs, REQUEST_TIMEOUT, runtime, split_property};
 
 /// Flags of `agent topics`, named as `kafka-topics.sh` names them.
@@ -40,28 +40,28 @@ pub struct TopicsArgs {
     #[arg(long)]
     topic: Option<String>,
     /// Number of partitions (create: default the cluster's `num.partitions`; alter: the new,
-    /// larger count).
-    #[arg(long)]
+    /// larger count). Only with --create and --alter.
+    #[arg(long, conflicts_with_all = ["list", "describe", "delete"])]
     partitions: Option<i32>,
     /// Replication factor (the bundled broker is single-node: 1); default the cluster's
-    /// `default.replication.factor`, as Kafka.
-    #[arg(long = "replication-factor")]
+    /// `default.replication.factor`, as Kafka. Only with --create.
+    #[arg(long = "replication-factor", conflicts_with_all = ["list", "describe", "alter", "delete"])]
     replication_factor: Option<i32>,
-    /// A topic config `key=value`; repeatable.
-    #[arg(long = "config", value_name = "KEY=VALUE")]
+    /// A topic config `key=value`; repeatable. Only with --create and --alter.
+    #[arg(long = "config", value_name = "KEY=VALUE", conflicts_with_all = ["list", "describe", "delete"])]
     configs: Vec<String>,
     /// With --create: no error if the topic exists.
-    #[arg(long = "if-not-exists")]
+    #[arg(long = "if-not-exists", conflicts_with_all = ["list", "describe", "alter", "delete"])]
     if_not_exists: bool,
     /// With --alter, --delete and --describe: do nothing, and no error, if no topic matches.
-    #[arg(long = "if-exists")]
+    #[arg(long = "if-exists", conflicts_with_all = ["create", "list"])]
     if_exists: bool,
     /// With --list and --describe: leave out internal topics (those starting with `__`).
-    #[arg(long = "exclude-internal")]
+    #[arg(long = "exclude-internal", conflicts_with_all = ["create", "alter", "delete"])]
     exclude_internal: bool,
     /// With --describe: only the topics with configs that override the broker's defaults,
     /// and only their topic line.
-    #[arg(long = "topics-with-overrides")]
+    #[arg(long = "topics-with-overrides", conflicts_with_all = ["create", "list", "alter", "delete"])]
     topics_with_overrides: bool,
     /// A client property `key=value` for librdkafka; repeatable.
     #[arg(long = "command-property", value_name = "KEY=VALUE")]
@@ -109,11 +109,11 @@ impl TopicInfo {
 /// (a request naming a topic can auto-create it).
 fn all_topics(
     cluster: &ClusterArgs,
+    security: &Security,
     rt: &tokio::runtime::Runtime,
 ) -> anyhow::Result<Vec<TopicInfo>> {
-    let security = cluster.wire_security()?;
     let response = rt.block_on(async {
-        let mut connection = Connection::bootstrap(&cluster.bootstrap_server, &security).await?;
+        let mut connection = Connection::bootstrap(&cluster.bootstrap_server, security).await?;
         let version = connection.version::<MetadataRequest>()?;
         // Version 0 asks for every topic with an empty list, later versions with none.
         let topics = if version == 0 { Some(Vec::new()) } else { None };
@@ -175,6 +175,9 @@ pub fn run(args: TopicsArgs) -> anyhow::Result<()> {
         .client_config(&args.command_properties)?
         .create()
         .context("creating the admin client")?;
+    // The tool's own connections (Metadata, IncrementalAlterConfigs) take the same
+    // properties: security, client.id and the timeouts.
+    let security = args.cluster.wire_security_with(&args.command_properties)?;
     let rt = runtime()?;
     let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
     let mut out = std::io::stdout().lock();
@@ -205,7 +208,7 @@ pub fn run(args: TopicsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let filter = topic_filter(args.topic.as_deref())?;
-    let topics: Vec<TopicInfo> = all_topics(&args.cluster, &rt)?
+    let topics: Vec<TopicInfo> = all_topics(&args.cluster, &security, &rt)?
         .into_iter()
         .filter(|t| filter.as_ref().is_none_or(|f| f.is_match(&t.name)))
         .filter(|t| !(args.exclude_internal && t.is_internal()))
@@ -243,7 +246,7 @@ pub fn run(args: TopicsArgs) -> anyhow::Result<()> {
         }
         for t in &topics {
             alter(
-                &args.cluster,
+                (&args.cluster.bootstrap_server, &security),
                 &admin,
                 &rt,
                 &options,
@@ -268,8 +271,9 @@ pub fn run(args: TopicsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `wire`: the bootstrap servers and how to connect, for the tool's own requests.
 fn alter(
-    cluster: &ClusterArgs,
+    wire: (&str, &Security),
     admin: &AdminClient<DefaultClientContext>,
     rt: &tokio::runtime::Runtime,
     options: &AdminOptions,
@@ -295,10 +299,8 @@ fn alter(
             let (k, v) = split_property(pair)?;
             pairs.push((k.to_owned(), v.to_owned()));
         }
-        let security = cluster.wire_security()?;
         rt.block_on(async {
-            let mut connection =
-                Connection::bootstrap(&cluster.bootstrap_server, &security).await?;
+            let mut connection = Connection::bootstrap(wire.0, wire.1).await?;
             super::configs::set_topic_configs(&mut connection, name, pairs).await
         })
         .with_context(|| format!("cannot change the configs of {name}"))?;

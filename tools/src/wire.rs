@@ -28,15 +28,56 @@ use ferry_broker::ScramClient;
 
 use super::REQUEST_TIMEOUT;
 
+/// The keys of a client properties file the connections take besides the security ones:
+/// the client id of every request, the time a request may take, the time connecting may
+/// take (Kafka's names, which librdkafka takes too).
+pub(super) const CONNECTION_KEYS: [&str; 3] = [
+    "client.id",
+    "request.timeout.ms",
+    "socket.connection.setup.timeout.ms",
+];
+
+/// The security keys [`Security::from_properties`] reads.
+pub(super) const SECURITY_KEYS: [&str; 10] = [
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+];
+
 /// A byte stream to a broker: TCP, or TLS over TCP.
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// How a connection is secured: Kafka's `security.protocol` and what it needs.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(super) struct Security {
     tls: Option<Arc<rustls::ClientConfig>>,
     sasl: Option<Sasl>,
+    /// `client.id`, sent in every request header (`agent-tools` by default).
+    client_id: String,
+    /// `request.timeout.ms`: how long a request may wait for its answer.
+    request_timeout: std::time::Duration,
+    /// `socket.connection.setup.timeout.ms`: how long connecting (TCP and TLS) may take.
+    connect_timeout: std::time::Duration,
+}
+
+impl Default for Security {
+    fn default() -> Self {
+        Security {
+            tls: None,
+            sasl: None,
+            client_id: "agent-tools".into(),
+            request_timeout: REQUEST_TIMEOUT,
+            connect_timeout: REQUEST_TIMEOUT,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -115,7 +156,23 @@ impl Security {
         } else {
             None
         };
-        Ok(Security { tls, sasl })
+        let millis = |key: &str| -> anyhow::Result<Option<std::time::Duration>> {
+            get(key)
+                .map(|v| match v.parse::<u64>() {
+                    Ok(ms) if ms > 0 => Ok(std::time::Duration::from_millis(ms)),
+                    _ => bail!("{key} `{v}`: expected a positive number of milliseconds"),
+                })
+                .transpose()
+        };
+        let defaults = Security::default();
+        Ok(Security {
+            tls,
+            sasl,
+            client_id: get("client.id").map_or(defaults.client_id, str::to_owned),
+            request_timeout: millis("request.timeout.ms")?.unwrap_or(defaults.request_timeout),
+            connect_timeout: millis("socket.connection.setup.timeout.ms")?
+                .unwrap_or(defaults.connect_timeout),
+        })
     }
 }
 
@@ -289,7 +346,7 @@ impl Connection {
 
     /// Connects to `address`, secures the connection and asks which versions it serves.
     async fn open(address: &str, security: &Security) -> anyhow::Result<Connection> {
-        let tcp = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(address))
+        let tcp = tokio::time::timeout(security.connect_timeout, TcpStream::connect(address))
             .await
             .map_err(|_| anyhow::anyhow!("connecting to broker {address} timed out"))?
             .with_context(|| format!("cannot connect to broker {address}"))?;
@@ -300,10 +357,13 @@ impl Connection {
                 let name = ServerName::try_from(host.trim_matches(['[', ']']).to_owned())
                     .with_context(|| format!("`{host}` is not a host name for TLS"))?;
                 let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
-                let tls = tokio::time::timeout(REQUEST_TIMEOUT, connector.connect(name, tcp))
-                    .await
-                    .map_err(|_| anyhow::anyhow!("TLS handshake with broker {address} timed out"))?
-                    .with_context(|| format!("TLS handshake with broker {address} failed"))?;
+                let tls =
+                    tokio::time::timeout(security.connect_timeout, connector.connect(name, tcp))
+                        .await
+                        .map_err(|_| {
+                            anyhow::anyhow!("TLS handshake with broker {address} timed out")
+                        })?
+                        .with_context(|| format!("TLS handshake with broker {address} failed"))?;
                 Box::new(tls)
             }
         };
@@ -404,7 +464,7 @@ impl Connection {
                 .with_request_api_key(R::KEY)
                 .with_request_api_version(version)
                 .with_correlation_id(self.correlation_id)
-                .with_client_id(Some(StrBytes::from_static_str("agent-tools")));
+                .with_client_id(Some(StrBytes::from_string(self.security.client_id.clone())));
             let mut body = BytesMut::new();
             header.encode(&mut body, R::header_version(version))?;
             request.encode(&mut body, version)?;
@@ -434,11 +494,12 @@ impl Connection {
             }
             Ok(response)
         };
-        match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
+        let limit = self.security.request_timeout;
+        match tokio::time::timeout(limit, exchange).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) => Err(e.context(format!("{name} v{version} to broker {address} failed"))),
             Err(_) => {
-                bail!("{name} v{version} to broker {address}: no answer within {REQUEST_TIMEOUT:?}")
+                bail!("{name} v{version} to broker {address}: no answer within {limit:?}")
             }
         }
     }
