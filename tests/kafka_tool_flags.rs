@@ -248,8 +248,8 @@ fn a_closed_pipe_ends_a_tool_quietly() {
     assert!(!stderr.to_lowercase().contains("broken pipe"), "{stderr}");
     assert_eq!(stderr, "");
 
-    // Kafka's --deep-iteration and --offsets-decoder are taken; the records are always
-    // iterated, so the dump is the same.
+    // --deep-iteration is implied by --print-data-log, as in Kafka: taken with it, refused
+    // alone, naming --print-data-log; --offsets-decoder is refused (no offsets topic).
     let plain = ok(&[
         "dump-log-segments",
         "--files",
@@ -262,9 +262,26 @@ fn a_closed_pipe_ends_a_tool_quietly() {
         segment.to_str().unwrap(),
         "--print-data-log",
         "--deep-iteration",
-        "--offsets-decoder",
     ]);
     assert_eq!(deep, plain);
+    for (flag, names) in [
+        ("--deep-iteration", "--print-data-log"),
+        ("--offsets-decoder", "agent groups --describe"),
+    ] {
+        let refused = run(
+            &[
+                "dump-log-segments",
+                "--files",
+                segment.to_str().unwrap(),
+                flag,
+            ],
+            None,
+        );
+        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains(flag) && stderr.contains(names), "{stderr}");
+        assert!(refused.stdout.is_empty(), "{refused:?}");
+    }
     assert!(
         deep.contains("| offset: 0 "),
         "{}",
@@ -1691,4 +1708,399 @@ fn console_consumer_takes_the_group_offset_and_reset_as_kafkas_does() {
             "{topic}: {dumped}"
         );
     }
+}
+
+#[test]
+fn flags_outside_their_modes_are_refused_naming_the_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    ok(&[
+        "topics",
+        "--bootstrap-server",
+        b,
+        "--create",
+        "--topic",
+        "modes",
+    ]);
+    let with_server = |tool: &str, args: &[&str]| {
+        let mut all = vec![tool, "--bootstrap-server", b];
+        all.extend_from_slice(args);
+        run(&all, None)
+    };
+    // clap's refusal: exit 2, naming the flag and the action it cannot be used with.
+    let refused = |tool: &str, args: &[&str], flag: &str, action: &str| {
+        let out = with_server(tool, args);
+        // 2 from clap, 1 from the tool's own checks.
+        assert!(
+            matches!(out.status.code(), Some(1 | 2)),
+            "{tool} {args:?}: {out:?}"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(flag) && stderr.contains(action),
+            "{tool} {args:?}: expected {flag} and {action}: {stderr}"
+        );
+    };
+    let cases: &[(&str, &[&str], &str, &str)] = &[
+        (
+            "topics",
+            &["--list", "--partitions", "3"],
+            "--partitions",
+            "--list",
+        ),
+        (
+            "topics",
+            &["--describe", "--config", "a=b"],
+            "--config",
+            "--describe",
+        ),
+        (
+            "topics",
+            &["--delete", "--topic", "modes", "--partitions", "3"],
+            "--partitions",
+            "--delete",
+        ),
+        (
+            "topics",
+            &["--alter", "--topic", "modes", "--replication-factor", "1"],
+            "--replication-factor",
+            "--alter",
+        ),
+        (
+            "topics",
+            &["--list", "--if-exists"],
+            "--if-exists",
+            "--list",
+        ),
+        (
+            "topics",
+            &["--create", "--topic", "x", "--if-exists"],
+            "--if-exists",
+            "--create",
+        ),
+        (
+            "topics",
+            &["--describe", "--if-not-exists"],
+            "--if-not-exists",
+            "--describe",
+        ),
+        (
+            "topics",
+            &["--list", "--topics-with-overrides"],
+            "--topics-with-overrides",
+            "--list",
+        ),
+        (
+            "topics",
+            &["--create", "--topic", "x", "--exclude-internal"],
+            "--exclude-internal",
+            "--create",
+        ),
+        ("groups", &["--list", "--verbose"], "--verbose", "--list"),
+        (
+            "groups",
+            &["--reset-offsets", "--group", "g", "--members"],
+            "--members",
+            "--reset-offsets",
+        ),
+        (
+            "acls",
+            &["--add", "--idempotent", "--topic", "t"],
+            "--idempotent",
+            "--producer",
+        ),
+        (
+            "groups",
+            &["--describe", "--group", "g", "--topic", "modes"],
+            "--topic",
+            "--describe",
+        ),
+        (
+            "groups",
+            &["--list", "--all-topics"],
+            "--all-topics",
+            "--list",
+        ),
+        ("groups", &["--list", "--group", "g"], "--group", "--list"),
+        (
+            "groups",
+            &["--describe", "--group", "g", "--to-earliest"],
+            "--to-earliest",
+            "--describe",
+        ),
+        (
+            "groups",
+            &["--delete", "--group", "g", "--execute"],
+            "--execute",
+            "--delete",
+        ),
+        (
+            "acls",
+            &["--list", "--allow-principal", "User:a"],
+            "--allow-principal",
+            "--list",
+        ),
+        (
+            "acls",
+            &["--list", "--deny-host", "1.2.3.4"],
+            "--deny-host",
+            "--list",
+        ),
+        ("acls", &["--list", "--producer"], "--producer", "--list"),
+        ("acls", &["--list", "--consumer"], "--consumer", "--list"),
+        (
+            "acls",
+            &[
+                "--add",
+                "--producer",
+                "--topic",
+                "t",
+                "--deny-principal",
+                "User:a",
+            ],
+            "--deny-principal",
+            "--producer",
+        ),
+        (
+            "users",
+            &["--list", "--mechanism", "SCRAM-SHA-256"],
+            "--mechanism",
+            "--list",
+        ),
+        (
+            "users",
+            &["--delete", "u", "--iterations", "8192"],
+            "--iterations",
+            "--delete",
+        ),
+        (
+            "users",
+            &["--list", "--password-stdin"],
+            "--password-stdin",
+            "--list",
+        ),
+        (
+            "transactions",
+            &["--list", "--transactional-id", "t"],
+            "--transactional-id",
+            "--describe",
+        ),
+        (
+            "transactions",
+            &["--transactional-id", "t", "list"],
+            "--transactional-id",
+            "--describe",
+        ),
+        (
+            "transactions",
+            &[
+                "abort",
+                "--topic",
+                "t",
+                "--partition",
+                "0",
+                "--start-offset",
+                "0",
+                "--producer-epoch",
+                "1",
+            ],
+            "--start-offset",
+            "--producer-epoch",
+        ),
+    ];
+    for (tool, args, flag, action) in cases {
+        refused(tool, args, flag, action);
+    }
+    // --verbose in --describe's offsets view has no columns to add: refused at run time.
+    let verbose = with_server("groups", &["--describe", "--group", "g", "--verbose"]);
+    assert_eq!(verbose.status.code(), Some(1), "{verbose:?}");
+    assert!(
+        String::from_utf8_lossy(&verbose.stderr).contains("--describe --members"),
+        "{verbose:?}"
+    );
+    // consumer-perf-test: --reporting-interval only with --show-detailed-stats.
+    let perf = run(
+        &[
+            "consumer-perf-test",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "modes",
+            "--messages",
+            "1",
+            "--reporting-interval",
+            "1000",
+        ],
+        None,
+    );
+    assert_eq!(perf.status.code(), Some(1), "{perf:?}");
+    assert!(
+        String::from_utf8_lossy(&perf.stderr).contains("--show-detailed-stats"),
+        "{perf:?}"
+    );
+
+    // The modes that take the flags still do.
+    assert_eq!(
+        ok(&[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--alter",
+            "--topic",
+            "modes",
+            "--partitions",
+            "2",
+            "--config",
+            "retention.ms=70000",
+            "--if-exists"
+        ]),
+        "Altered topic modes.\n"
+    );
+
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
+
+#[test]
+fn command_config_and_command_property_reach_every_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let b = bootstrap.as_str();
+    ok(&[
+        "topics",
+        "--bootstrap-server",
+        b,
+        "--create",
+        "--topic",
+        "wired",
+    ]);
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    // Tools whose only connections are their own take client.id and the timeouts, and
+    // refuse a property they would drop, naming it and the file.
+    let used = write(
+        "used.properties",
+        "client.id=ops-tools\nrequest.timeout.ms=20000\n\
+         socket.connection.setup.timeout.ms=5000\n",
+    );
+    let unused = write(
+        "unused.properties",
+        "client.id=ops\nacks=all\nlinger.ms=5\n",
+    );
+    let bad_timeout = write("timeout.properties", "request.timeout.ms=0\n");
+    let tools: [&[&str]; 4] = [
+        &["acls", "--list"],
+        &["users", "--list"],
+        &["transactions", "list"],
+        &["configs", "--describe", "--topic", "wired"],
+    ];
+    for tool in tools {
+        let with = |config: &str| {
+            let mut args = vec![tool[0], "--bootstrap-server", b, "--command-config", config];
+            args.extend_from_slice(&tool[1..]);
+            run(&args, None)
+        };
+        let out = with(&used);
+        assert!(out.status.success(), "{tool:?}: {out:?}");
+        let out = with(&unused);
+        assert_eq!(out.status.code(), Some(1), "{tool:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("unused.properties")
+                && stderr.contains("`acks`, `linger.ms` are not used by this tool"),
+            "{tool:?}: {stderr}"
+        );
+        let out = with(&bad_timeout);
+        assert_eq!(out.status.code(), Some(1), "{tool:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("timeout.properties:1") && stderr.contains("request.timeout.ms"),
+            "{tool:?}: {stderr}"
+        );
+    }
+    // topics: --command-property reaches the Metadata request of --list too (TLS asked for,
+    // without a CA, is refused rather than listed over plaintext).
+    let out = run(
+        &[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--list",
+            "--command-property",
+            "security.protocol=ssl",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ssl.ca.location"),
+        "{out:?}"
+    );
+    assert_eq!(
+        ok(&[
+            "topics",
+            "--bootstrap-server",
+            b,
+            "--list",
+            "--command-property",
+            "client.id=lister",
+        ]),
+        "wired\n"
+    );
+
+    // consumer-perf-test: the flags given win over --consumer.config (a --fetch-size
+    // librdkafka refuses is refused although the file's is fine); the file's is used
+    // without them.
+    let produced = run(
+        &[
+            "console-producer",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "wired",
+        ],
+        Some(b"one\ntwo\n"),
+    );
+    assert!(produced.status.success(), "{produced:?}");
+    let perf_config = write("perf.properties", "max.partition.fetch.bytes=65536\n");
+    let perf = |extra: &[&str]| {
+        let mut args = vec![
+            "consumer-perf-test",
+            "--bootstrap-server",
+            b,
+            "--topic",
+            "wired",
+            "--messages",
+            "2",
+            "--timeout",
+            "20000",
+            "--consumer.config",
+            &perf_config,
+        ];
+        args.extend_from_slice(extra);
+        run(&args, None)
+    };
+    let read = perf(&[]);
+    assert!(read.status.success(), "{read:?}");
+    let refused = perf(&["--fetch-size", "0"]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("max.partition.fetch.bytes"),
+        "{refused:?}"
+    );
+
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
 }

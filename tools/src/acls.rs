@@ -35,8 +35,9 @@ pub struct AclsArgs {
     /// is given).
     #[arg(long)]
     remove: bool,
-    /// List the ACLs of the resources given, or of every resource.
-    #[arg(long)]
+    /// List the ACLs of the resources given, or of every resource (the principals with
+    /// --principal; the flags of --add and --remove are refused).
+    #[arg(long, conflicts_with_all = ["allow_principal", "deny_principal", "allow_host", "deny_host", "producer", "consumer"])]
     list: bool,
     /// A principal (`User:alice`, `User:*`) to allow; repeatable.
     #[arg(long = "allow-principal", value_name = "PRINCIPAL")]
@@ -76,13 +77,13 @@ pub struct AclsArgs {
     resource_pattern_type: PatternFilter,
     /// The ACLs of a producer: Write, Describe and Create on the topics, Write and Describe on
     /// the transactional ids, IdempotentWrite on the cluster with --idempotent.
-    #[arg(long, conflicts_with = "operation")]
+    #[arg(long, conflicts_with_all = ["operation", "deny_principal", "deny_host"])]
     producer: bool,
     /// The ACLs of a consumer: Read and Describe on the topics, Read on the groups.
-    #[arg(long, conflicts_with = "operation")]
+    #[arg(long, conflicts_with_all = ["operation", "deny_principal", "deny_host"])]
     consumer: bool,
     /// With --producer: IdempotentWrite on the cluster too.
-    #[arg(long, requires = "producer")]
+    #[arg(long)]
     idempotent: bool,
     /// Do not ask for confirmation (this tool never asks).
     #[arg(long)]
@@ -190,6 +191,9 @@ impl std::fmt::Display for Entry {
 
 /// Runs `agent acls`.
 pub fn run(args: AclsArgs) -> anyhow::Result<()> {
+    if args.idempotent && !args.producer {
+        bail!("The --idempotent option is only available if --producer is set");
+    }
     if !args.principal.is_empty() && !args.list {
         // Kafka's refusal: with --remove, it would otherwise read as "remove this principal's
         // ACLs" and remove everyone's.
@@ -199,7 +203,7 @@ pub fn run(args: AclsArgs) -> anyhow::Result<()> {
         );
     }
     let mut out = std::io::stdout().lock();
-    let security = args.server.wire_security()?;
+    let security = args.server.wire_only_security()?;
     runtime()?.block_on(async {
         let mut connection =
             Connection::bootstrap(&args.server.bootstrap_server, &security).await?;

@@ -42,7 +42,7 @@ pub struct TransactionsArgs {
     /// Describe the current transaction of one transactional id.
     #[arg(long, requires = "transactional_id")]
     describe: bool,
-    /// With --describe: the transactional id.
+    /// With --describe: the transactional id (refused with --list and the subcommands).
     #[arg(long = "transactional-id", value_name = "ID")]
     transactional_id: Option<String>,
     #[command(subcommand)]
@@ -98,7 +98,10 @@ pub enum TransactionsCommand {
         #[arg(long)]
         partition: i32,
         /// Start offset of the transaction to abort.
-        #[arg(long = "start-offset", conflicts_with = "producer_id")]
+        #[arg(
+            long = "start-offset",
+            conflicts_with_all = ["producer_id", "producer_epoch", "coordinator_epoch"]
+        )]
         start_offset: Option<i64>,
         #[arg(long = "producer-id", requires_all = ["producer_epoch", "coordinator_epoch"])]
         producer_id: Option<i64>,
@@ -117,8 +120,14 @@ pub fn run(args: TransactionsArgs) -> anyhow::Result<()> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64)
     };
-    let security = args.cluster.wire_security()?;
+    let security = args.cluster.wire_only_security()?;
     let bootstrap = &args.cluster.bootstrap_server;
+    if args.transactional_id.is_some() && !args.describe {
+        bail!(
+            "--transactional-id is only for --describe (the `describe` subcommand takes its \
+             own --transactional-id after it)"
+        );
+    }
     let command = match (args.command, args.list, args.describe) {
         (Some(command), false, false) => command,
         (None, true, false) => TransactionsCommand::List,

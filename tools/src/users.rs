@@ -48,17 +48,22 @@ pub struct UsersArgs {
     #[arg(long)]
     list: bool,
     /// SCRAM-SHA-256 or SCRAM-SHA-512, comma-separated. Default: both for --add, every one the
-    /// user has for --delete.
-    #[arg(long, value_delimiter = ',', value_name = "MECHANISM")]
+    /// user has for --delete. Not with --list, which lists them all.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "MECHANISM",
+        conflicts_with = "list"
+    )]
     mechanism: Vec<String>,
-    /// PBKDF2 iterations of a new credential (4096 to 16384).
-    #[arg(long, default_value_t = DEFAULT_ITERATIONS)]
+    /// PBKDF2 iterations of a new credential (4096 to 16384); only with --add.
+    #[arg(long, default_value_t = DEFAULT_ITERATIONS, conflicts_with_all = ["delete", "list"])]
     iterations: i32,
     /// The environment variable holding the password of --add.
-    #[arg(long = "password-env", value_name = "VAR")]
+    #[arg(long = "password-env", value_name = "VAR", conflicts_with_all = ["delete", "list"])]
     password_env: Option<String>,
     /// Read the password of --add from the first line of standard input.
-    #[arg(long = "password-stdin")]
+    #[arg(long = "password-stdin", conflicts_with_all = ["delete", "list"])]
     password_stdin: bool,
 }
 
@@ -80,7 +85,7 @@ pub fn run(args: UsersArgs) -> anyhow::Result<()> {
         None => None,
     };
     let mut out = std::io::stdout().lock();
-    let security = args.server.wire_security()?;
+    let security = args.server.wire_only_security()?;
     runtime()?.block_on(async {
         let mut connection =
             Connection::bootstrap(&args.server.bootstrap_server, &security).await?;

@@ -25,7 +25,7 @@ use reset::reset;
 /// Flags of `agent groups`, named as `kafka-consumer-groups.sh` names them.
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["list", "describe", "reset_offsets", "delete"])))]
-#[command(group(clap::ArgGroup::new("target").args(["to_earliest", "to_latest", "to_offset", "shift_by", "to_datetime", "by_duration", "to_current"])))]
+#[command(group(clap::ArgGroup::new("target").args(["to_earliest", "to_latest", "to_offset", "shift_by", "to_datetime", "by_duration", "to_current"]).conflicts_with_all(["list", "describe", "delete"])))]
 #[command(group(clap::ArgGroup::new("view").args(["members", "state", "offsets"])))]
 pub struct GroupsArgs {
     #[command(flatten)]
@@ -42,11 +42,11 @@ pub struct GroupsArgs {
     /// Delete a group.
     #[arg(long)]
     delete: bool,
-    /// The group.
-    #[arg(long)]
+    /// The group (not with --list).
+    #[arg(long, conflicts_with = "list")]
     group: Option<String>,
     /// With --describe: the members of the group (CONSUMER-ID, HOST, CLIENT-ID, #PARTITIONS).
-    #[arg(long, requires = "describe")]
+    #[arg(long, conflicts_with_all = ["list", "reset_offsets", "delete"])]
     members: bool,
     /// With --describe: the group's coordinator, assignment strategy, state and member count.
     /// With --list: each group's state (GROUP, STATE), only the groups in STATES when given
@@ -54,17 +54,17 @@ pub struct GroupsArgs {
     #[arg(long, num_args = 0..=1, value_name = "STATES")]
     state: Option<Option<String>>,
     /// With --describe: offsets and lag per partition (the default).
-    #[arg(long, requires = "describe")]
+    #[arg(long, conflicts_with_all = ["list", "reset_offsets", "delete"])]
     offsets: bool,
     /// With --describe --members or --state: more columns (epochs and assignments).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["list", "reset_offsets", "delete"])]
     verbose: bool,
     /// With --reset-offsets: the topic whose offsets move; `topic:0,1` moves only those
     /// partitions, as in Kafka. May be repeated.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["list", "describe"])]
     topic: Vec<String>,
     /// With --reset-offsets: every topic the group has committed offsets for.
-    #[arg(long = "all-topics", conflicts_with = "topic")]
+    #[arg(long = "all-topics", conflicts_with_all = ["topic", "list", "describe"])]
     all_topics: bool,
     /// Reset to the first offset whose timestamp is at or after this time
     /// (`YYYY-MM-DDTHH:mm:SS.sss`, optionally followed by `Z` or `+hh:mm`/`-hh:mm`; without a
@@ -91,14 +91,17 @@ pub struct GroupsArgs {
     #[arg(long = "shift-by", allow_hyphen_values = true)]
     shift_by: Option<i64>,
     /// With --describe, --reset-offsets or --delete: every group instead of --group.
-    #[arg(long = "all-groups", conflicts_with = "group")]
+    #[arg(long = "all-groups", conflicts_with_all = ["group", "list"])]
     all_groups: bool,
-    /// Apply the reset (without it, only the plan is printed).
-    #[arg(long)]
+    /// With --reset-offsets: apply the reset (without it, only the plan is printed).
+    #[arg(long, conflicts_with_all = ["list", "describe", "delete"])]
     execute: bool,
     /// With --reset-offsets: only print the plan, committing nothing (the default, said
     /// explicitly as Kafka asks scripts to).
-    #[arg(long = "dry-run", conflicts_with = "execute")]
+    #[arg(
+        long = "dry-run",
+        conflicts_with_all = ["execute", "list", "describe", "delete"]
+    )]
     dry_run: bool,
 }
 
@@ -135,6 +138,12 @@ pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
             false => vec![group()?.to_owned()],
         };
         for name in &names {
+            if args.verbose && !args.members && args.state.is_none() {
+                bail!(
+                    "--verbose adds columns to --describe --members and --describe --state \
+                     only: the offsets view has no more columns"
+                );
+            }
             if args.members {
                 describe_members(&args.cluster, name, args.verbose, &mut out)?;
             } else if let Some(states) = &args.state {

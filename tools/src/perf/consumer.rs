@@ -46,28 +46,33 @@ pub struct ConsumerPerfArgs {
     /// Give up after this many milliseconds without a record.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     timeout: u64,
-    /// The most bytes fetched of a partition at once (`max.partition.fetch.bytes`).
-    #[arg(long = "fetch-size", value_name = "BYTES", default_value_t = 1024 * 1024)]
-    fetch_size: u64,
-    /// The socket receive buffer (`socket.receive.buffer.bytes`).
-    #[arg(long = "socket-buffer-size", value_name = "BYTES", default_value_t = 2 * 1024 * 1024)]
-    socket_buffer_size: u64,
-    /// Start a new group at the end of the topic, not at its beginning.
+    /// The most bytes fetched of a partition at once (`max.partition.fetch.bytes`; default
+    /// 1048576). Given, it wins over --consumer.config.
+    #[arg(long = "fetch-size", value_name = "BYTES")]
+    fetch_size: Option<u64>,
+    /// The socket receive buffer (`socket.receive.buffer.bytes`; default 2097152). Given, it
+    /// wins over --consumer.config.
+    #[arg(long = "socket-buffer-size", value_name = "BYTES")]
+    socket_buffer_size: Option<u64>,
+    /// Start a new group at the end of the topic, not at its beginning (`auto.offset.reset`
+    /// latest, winning over --consumer.config; without it, the file's or earliest).
     #[arg(long = "from-latest")]
     from_latest: bool,
     /// Print a line every --reporting-interval instead of the summary.
     #[arg(long = "show-detailed-stats")]
     show_detailed_stats: bool,
     /// With --show-detailed-stats: the interval of the lines, in milliseconds.
-    #[arg(long = "reporting-interval", value_name = "MS", default_value_t = 5000)]
-    reporting_interval: u64,
+    /// (Default 5000; refused without --show-detailed-stats.)
+    #[arg(long = "reporting-interval", value_name = "MS")]
+    reporting_interval: Option<u64>,
     /// Leave out the header line.
     #[arg(long = "hide-header")]
     hide_header: bool,
     /// How times are printed: a Java `SimpleDateFormat` pattern (in UTC).
     #[arg(long = "date-format", default_value = "yyyy-MM-dd HH:mm:ss:SSS")]
     date_format: String,
-    /// A consumer properties file (`key=value` lines).
+    /// A consumer properties file (`key=value` lines): after the tool's defaults, before the
+    /// flags given, which win (its `group.id` is taken when --group is not given).
     #[arg(
         long = "consumer.config",
         value_name = "FILE",
@@ -129,7 +134,11 @@ pub fn consume(args: ConsumerPerfArgs) -> anyhow::Result<()> {
         Ok(n) if n > 0 => n,
         _ => bail!("--messages {}: must be positive", args.messages),
     };
-    if args.reporting_interval == 0 {
+    if args.reporting_interval.is_some() && !args.show_detailed_stats {
+        bail!("--reporting-interval is the interval of --show-detailed-stats' lines: give both");
+    }
+    let reporting_interval = args.reporting_interval.unwrap_or(5000);
+    if reporting_interval == 0 {
         bail!("--reporting-interval must be positive");
     }
     let date_format = DateFormat::parse(&args.date_format)?;
@@ -148,22 +157,22 @@ pub fn consume(args: ConsumerPerfArgs) -> anyhow::Result<()> {
         .set("isolation.level", "read_uncommitted")
         .set("enable.auto.commit", "true")
         .set("check.crcs", "false")
-        .set("max.partition.fetch.bytes", args.fetch_size.to_string())
-        .set(
-            "socket.receive.buffer.bytes",
-            args.socket_buffer_size.to_string(),
-        )
-        .set(
-            "auto.offset.reset",
-            if args.from_latest {
-                "latest"
-            } else {
-                "earliest"
-            },
-        );
+        .set("max.partition.fetch.bytes", (1024 * 1024).to_string())
+        .set("socket.receive.buffer.bytes", (2 * 1024 * 1024).to_string())
+        .set("auto.offset.reset", "earliest");
     if let Some(path) = &args.consumer_config {
         let (properties, _) = read_properties(path)?;
         properties.apply(&mut config);
+    }
+    // The flags given win over the file, as in Kafka.
+    if let Some(bytes) = args.fetch_size {
+        config.set("max.partition.fetch.bytes", bytes.to_string());
+    }
+    if let Some(bytes) = args.socket_buffer_size {
+        config.set("socket.receive.buffer.bytes", bytes.to_string());
+    }
+    if args.from_latest {
+        config.set("auto.offset.reset", "latest");
     }
     let group = args.group.clone().or(configured_group).unwrap_or_else(|| {
         let mut random = Random::seeded();
@@ -197,7 +206,7 @@ pub fn consume(args: ConsumerPerfArgs) -> anyhow::Result<()> {
         .with_context(|| format!("subscribing to {}", args.topic))?;
 
     let timeout = Duration::from_millis(args.timeout);
-    let interval = args.reporting_interval;
+    let interval = reporting_interval;
     let context = consumer.context();
     let (mut read, mut bytes) = (0u64, 0u64);
     let (mut last_read, mut last_bytes) = (0u64, 0u64);
