@@ -795,6 +795,10 @@ fn print_records(
             Some(Ok(message)) => {
                 format.write(&message, &mut out)?;
                 if commits {
+                    // Out before its offset is stored for the next auto-commit: a kill never
+                    // leaves a committed record unprinted (one write per record, only when
+                    // committing).
+                    out.flush()?;
                     consumer
                         .store_offset_from_message(&message)
                         .context("storing the offset of a printed record")?;
