@@ -43,6 +43,14 @@ pub mod state;
 pub mod test_support;
 
 pub use ack::{AckTracker, Acknowledgement};
+
+/// Makes rustls' ring provider the process's default, once. Every HTTPS client of the agent
+/// (reqwest, built without a provider of its own) needs it before it is built; calling it
+/// again is harmless.
+pub fn install_tls_provider() {
+    // Fails only when a provider is installed already, which is what is wanted.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
 pub use async_trait::async_trait;
 pub use bytes::Bytes;
 pub use channel::{Channel, ChannelError, MeteredChannel, PutBatch, TakeTransaction};

@@ -118,6 +118,7 @@ impl HttpSink {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
+        ferry_core::install_tls_provider();
         let client = Client::builder()
             .timeout(self.config.request_timeout)
             .connect_timeout(self.config.connect_timeout)

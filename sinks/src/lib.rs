@@ -19,6 +19,8 @@ pub mod file_roll;
 pub mod http;
 pub mod logger;
 pub mod null;
+pub mod roll;
+pub mod s3;
 
 /// Registers every built-in sink under its type name.
 pub fn register(registry: &mut Registry) {

@@ -203,6 +203,7 @@ mod tests {
     }
 
     async fn post(url: &str, body: &str) -> (u16, String) {
+        ferry_core::install_tls_provider();
         let response = reqwest::Client::new()
             .post(url)
             .body(body.to_owned())

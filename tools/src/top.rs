@@ -122,6 +122,7 @@ async fn read(client: &reqwest::Client, address: &str) -> anyhow::Result<Snapsho
 /// Runs `agent top`.
 pub fn run(args: TopArgs) -> anyhow::Result<()> {
     let runtime = runtime()?;
+    ferry_core::install_tls_provider();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()

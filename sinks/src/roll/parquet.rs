@@ -1,0 +1,1 @@
+//! Parquet files from staged events (stub: being written).

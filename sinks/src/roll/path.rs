@@ -1,0 +1,1 @@
+//! Flume path escapes (stub: being written).
