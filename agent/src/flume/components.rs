@@ -26,6 +26,14 @@ pub(crate) enum Ours {
         /// A note for every use of the type (a difference worth knowing).
         note: Option<&'static str>,
     },
+    /// Runs as `then` when the value of property `key` is an object-storage URL (`s3a://`,
+    /// `s3n://` or `s3://`), and is refused with `otherwise` when it is anything else or
+    /// missing: Flume's `hdfs` sink runs as our `s3` sink with an `s3a://bucket/...` path.
+    InObjectStorage {
+        key: &'static str,
+        then: &'static Ours,
+        otherwise: &'static str,
+    },
     /// Cannot run here: what to use instead.
     Refused(&'static str),
 }
@@ -73,6 +81,9 @@ pub(crate) enum Conv {
     Values(&'static [(&'static str, &'static str)]),
     /// A file extension without its dot (`log`), written as a suffix (`.log`).
     Extension,
+    /// A file name prefix, written with the dot Flume puts after it (`FlumeData` becomes
+    /// `FlumeData.`: Flume's `hdfs` sink names its files `<prefix>.<counter>`).
+    Prefix,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -86,6 +97,10 @@ pub(crate) enum Special {
     DataDirs,
     /// The regex extractor's `serializers`, `serializers.<s>.{name,type,pattern}`.
     Serializers,
+    /// The `hdfs` sink's properties that are read together: `hdfs.path` (the bucket and the
+    /// path), `hdfs.fileType` with `hdfs.codeC` (the format and the compression) and
+    /// `hdfs.round` with `hdfs.roundValue` and `hdfs.roundUnit` (`round`).
+    Hdfs,
 }
 
 const fn option(flume: &'static str, ours: &'static str, conv: Conv) -> Property {
@@ -493,14 +508,14 @@ const NULL: &[Property] = &[text("batchSize", "batch_size")];
 
 const LOGGER: &[Property] = &[text("maxBytesToLog", "max_bytes_to_log")];
 
+/// Flume's serializers that write text, as ours.
+const TEXT_SERIALIZERS: Conv =
+    Conv::Values(&[("text", "text"), ("header_and_text", "header_and_text")]);
+
 const FILE_ROLL: &[Property] = &[
     text("sink.directory", "directory"),
     option("sink.rollInterval", "roll_interval", Conv::Seconds),
-    option(
-        "sink.serializer",
-        "serializer",
-        Conv::Values(&[("text", "text"), ("header_and_text", "header_and_text")]),
-    ),
+    option("sink.serializer", "serializer", TEXT_SERIALIZERS),
     boolean("sink.serializer.appendNewline", "append_newline"),
     only(
         "sink.pathManager",
@@ -512,6 +527,110 @@ const FILE_ROLL: &[Property] = &[
     text("sink.batchSize", "batch_size"),
     text("batchSize", "batch_size"),
 ];
+
+const NOT_IN_PROGRESS: &str = "an object is visible only once it is whole: nothing in \
+     progress is ever listed, so it needs no in-use name";
+const UPLOADS_RETRIED: &str = "a failed upload is retried with a backoff (1s doubling to 30s) \
+     until it succeeds, and an object is visible only whole, so nothing is left half-closed";
+const NOT_HDFS: &str = "the objects are written to object storage with the s3 sink's \
+     credentials (the environment, the profile file or the instance's role), not to HDFS: \
+     remove it";
+
+/// Flume's `hdfs` sink, as our `s3` sink (`hdfs.path = s3a://bucket/path`).
+const HDFS: &[Property] = &[
+    special("hdfs.path", Special::Hdfs),
+    option("hdfs.filePrefix", "file_prefix", Conv::Prefix),
+    text("hdfs.fileSuffix", "file_suffix"),
+    ignored("hdfs.inUsePrefix", NOT_IN_PROGRESS),
+    ignored("hdfs.inUseSuffix", NOT_IN_PROGRESS),
+    ignored("hdfs.emptyInUseSuffix", NOT_IN_PROGRESS),
+    option("hdfs.rollInterval", "roll_interval", Conv::Seconds),
+    text("hdfs.rollSize", "roll_size"),
+    text("hdfs.rollCount", "roll_count"),
+    option("hdfs.idleTimeout", "idle_timeout", Conv::Seconds),
+    text("hdfs.batchSize", "batch_size"),
+    special("hdfs.fileType", Special::Hdfs),
+    special("hdfs.codeC", Special::Hdfs),
+    option("serializer", "format", TEXT_SERIALIZERS),
+    boolean("serializer.appendNewline", "append_newline"),
+    text("hdfs.maxOpenFiles", "max_open_files"),
+    boolean("hdfs.useLocalTimeStamp", "use_local_time"),
+    special("hdfs.round", Special::Hdfs),
+    special("hdfs.roundValue", Special::Hdfs),
+    special("hdfs.roundUnit", Special::Hdfs),
+    text("hdfs.timeZone", "time_zone"),
+    option("hdfs.callTimeout", "request_timeout", Conv::Millis),
+    ignored(
+        "hdfs.writeFormat",
+        "it is the record format of SequenceFiles, which are not written (Flume ignores it with DataStream and CompressedStream too)",
+    ),
+    ignored(
+        "hdfs.threadsPoolSize",
+        "uploads run on the agent's runtime; `parts_in_flight` bounds the parts of one object sent at once",
+    ),
+    ignored(
+        "hdfs.rollTimerPoolSize",
+        "objects are finished by the sink's own timer",
+    ),
+    ignored("hdfs.closeTries", UPLOADS_RETRIED),
+    ignored("hdfs.retryInterval", UPLOADS_RETRIED),
+    refused("hdfs.kerberosPrincipal", NOT_HDFS),
+    refused("hdfs.kerberosKeytab", NOT_HDFS),
+    refused("hdfs.proxyUser", NOT_HDFS),
+    refused(
+        "hdfs.minBlockReplicas",
+        "HDFS block replication has no counterpart in object storage, which keeps its own redundancy: remove it",
+    ),
+];
+
+/// A roll setting of the `hdfs` sink that Flume applies when the file leaves it out.
+pub(crate) struct RollDefault {
+    pub(crate) flume: &'static str,
+    pub(crate) option: &'static str,
+    /// Flume's default, as Flume writes it and as we do.
+    pub(crate) flume_value: &'static str,
+    pub(crate) ours: &'static str,
+    /// A value to suggest instead: Flume's defaults make objects of 10 events or 1 KiB.
+    pub(crate) larger: &'static str,
+}
+
+pub(crate) const HDFS_ROLL_DEFAULTS: [RollDefault; 3] = [
+    RollDefault {
+        flume: "hdfs.rollInterval",
+        option: "roll_interval",
+        flume_value: "30",
+        ours: "30s",
+        larger: "300",
+    },
+    RollDefault {
+        flume: "hdfs.rollSize",
+        option: "roll_size",
+        flume_value: "1024",
+        ours: "1024",
+        larger: "134217728",
+    },
+    RollDefault {
+        flume: "hdfs.rollCount",
+        option: "roll_count",
+        flume_value: "10",
+        ours: "10",
+        larger: "0",
+    },
+];
+
+/// Flume's `hdfs` sink with an object-storage path.
+const HDFS_AS_S3: Ours = Ours::Type {
+    name: "s3",
+    properties: HDFS,
+    implied: &[(
+        "file_prefix",
+        "FlumeData.",
+        "Flume's default hdfs.filePrefix, FlumeData, and the dot Flume writes after it",
+    )],
+    note: Some(
+        "credentials are not in the Flume file (Hadoop's fs.s3a.* settings are in core-site.xml): the s3 sink takes them from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), the profile file (~/.aws/credentials) or the instance's or container's role; add `endpoint:` (an S3-compatible store) and `region:` to the converted YAML where needed",
+    ),
+};
 
 const RETRIED: &str = "every answer other than 2xx rolls the batch back to be sent again, so \
      nothing is dropped or counted as sent when it was not";
@@ -818,12 +937,16 @@ pub(crate) const COMPONENTS: &[Component] = &[
             note: None,
         },
     },
-    refuses(
-        Sink,
-        Some("hdfs"),
-        &["org.apache.flume.sink.hdfs.HDFSEventSink"],
-        "HDFS is not built in: write rolled files with `file_roll` (org.apache.flume.sink.RollingFileSink) and move them, or write to Kafka with the `kafka` sink and load HDFS from the topic",
-    ),
+    Component {
+        kind: Sink,
+        alias: Some("hdfs"),
+        classes: &["org.apache.flume.sink.hdfs.HDFSEventSink"],
+        ours: Ours::InObjectStorage {
+            key: "hdfs.path",
+            then: &HDFS_AS_S3,
+            otherwise: "HDFS is not written; point the sink at object storage (`hdfs.path = s3a://bucket/...` converts to the `s3` sink) or write local files with `file_roll`",
+        },
+    },
     refuses(
         Sink,
         Some("hive"),
@@ -988,10 +1111,11 @@ pub(crate) fn property<'p>(properties: &'p [Property], key: &str) -> Option<&'p 
 }
 
 /// Our type of `kind` that Flume's type name `flume` (an alias such as `syslogtcp`, or a class
-/// name such as `org.apache.flume.sink.kafka.KafkaSink`) runs as, if it runs here.
+/// name such as `org.apache.flume.sink.kafka.KafkaSink`) runs as, if it runs here. Not for a
+/// type that runs as ours only once a property is converted (`hdfs`: its `hdfs.path`).
 pub(crate) fn our_type(kind: ferry_core::ComponentKind, flume: &str) -> Option<&'static str> {
     match find(kind, flume).ok()?.ours {
         Ours::Type { name, .. } => Some(name),
-        Ours::Refused(_) => None,
+        Ours::InObjectStorage { .. } | Ours::Refused(_) => None,
     }
 }

@@ -272,24 +272,58 @@ impl Converter<'_> {
                 return None;
             }
         };
-        let (ours, properties, implied, note) = match &component.ours {
-            Ours::Refused(instead) => {
-                self.error(
-                    line,
-                    Some(&type_prop.full),
-                    format!(
-                        "Flume's {kind} `{}` cannot run here: {instead}",
-                        type_prop.value
-                    ),
-                );
-                return None;
+        let mut runs_as = &component.ours;
+        let (ours, properties, implied, note) = loop {
+            match runs_as {
+                Ours::Refused(instead) => {
+                    self.error(
+                        line,
+                        Some(&type_prop.full),
+                        format!(
+                            "Flume's {kind} `{}` cannot run here: {instead}",
+                            type_prop.value
+                        ),
+                    );
+                    return None;
+                }
+                Ours::InObjectStorage {
+                    key,
+                    then,
+                    otherwise,
+                } => {
+                    // Decided first: the other properties of a component that cannot run
+                    // say nothing more.
+                    match owns.iter().find(|o| o.key == *key) {
+                        Some(own) if object_storage_url(own.value).is_some() => runs_as = then,
+                        Some(own) if own.value.starts_with("${") => {
+                            self.error(
+                                Some(own.line),
+                                Some(&own.full),
+                                "the scheme and the bucket are written out, not taken from a variable (`s3a://my-bucket/${DIR}/...`): they choose what the sink becomes",
+                            );
+                            return None;
+                        }
+                        Some(own) => {
+                            self.error(Some(own.line), Some(&own.full), *otherwise);
+                            return None;
+                        }
+                        None => {
+                            self.error(
+                                line,
+                                Some(&type_prop.full),
+                                format!("`{key}` is missing (Flume requires it too): {otherwise}"),
+                            );
+                            return None;
+                        }
+                    }
+                }
+                Ours::Type {
+                    name,
+                    properties,
+                    implied,
+                    note,
+                } => break (*name, *properties, *implied, *note),
             }
-            Ours::Type {
-                name,
-                properties,
-                implied,
-                note,
-            } => (*name, *properties, *implied, *note),
         };
         let mut map = Map::default();
         map.insert("type", Node::text(ours, line));
@@ -337,17 +371,7 @@ impl Converter<'_> {
                                 map.insert(*option, node);
                             }
                         }
-                        To::Ignored(why) => {
-                            map.comment(format!(
-                                "Flume `{} = {}` (line {}): no effect here: {why}",
-                                own.key, own.value, own.line
-                            ));
-                            self.note(
-                                Some(own.line),
-                                Some(&own.full),
-                                format!("no effect here: {why}"),
-                            );
-                        }
+                        To::Ignored(why) => self.no_effect(own, why, &mut map),
                         To::Refused(why) => {
                             self.error(Some(own.line), Some(&own.full), *why);
                         }
@@ -365,7 +389,7 @@ impl Converter<'_> {
                 },
             }
         }
-        self.specials(&specials, &mut map);
+        self.specials(&specials, type_prop, &mut map);
         if !selector.is_empty()
             && let Some(node) = self.selector(&selector)
         {
@@ -388,6 +412,19 @@ impl Converter<'_> {
             self.note(line, Some(&type_prop.full), note);
         }
         Some(Node::map(map, line))
+    }
+
+    /// A property without effect here: a comment in the YAML and a note, saying why.
+    fn no_effect(&mut self, own: &Own<'_>, why: &str, map: &mut Map) {
+        map.comment(format!(
+            "Flume `{} = {}` (line {}): no effect here: {why}",
+            own.key, own.value, own.line
+        ));
+        self.note(
+            Some(own.line),
+            Some(&own.full),
+            format!("no effect here: {why}"),
+        );
     }
 
     /// A Flume value as the node of an option.
@@ -433,6 +470,7 @@ impl Converter<'_> {
                 }),
             Conv::Extension if value.is_empty() => Ok(Node::text("", line)),
             Conv::Extension => Ok(Node::text(format!(".{value}"), line)),
+            Conv::Prefix => Ok(Node::text(format!("{value}."), line)),
         };
         match result {
             Ok(node) => Some(node),
@@ -443,15 +481,18 @@ impl Converter<'_> {
         }
     }
 
-    fn specials(&mut self, specials: &[(Special, &Own<'_>)], map: &mut Map) {
+    /// The properties of a component that its type's code reads (`type_prop` is its `type`).
+    fn specials(&mut self, specials: &[(Special, &Own<'_>)], type_prop: &Own<'_>, map: &mut Map) {
         let mut kafka = Vec::new();
         let mut taildir = Vec::new();
         let mut serializers = Vec::new();
+        let mut hdfs = Vec::new();
         for (special, own) in specials {
             match special {
                 Special::Kafka(role) => kafka.push((*role, *own)),
                 Special::Taildir => taildir.push(*own),
                 Special::Serializers => serializers.push(*own),
+                Special::Hdfs => hdfs.push(*own),
                 Special::DataDirs => {
                     let dirs: Vec<&str> = own
                         .value
@@ -482,6 +523,10 @@ impl Converter<'_> {
         if !serializers.is_empty() {
             self.serializers(&serializers, map);
         }
+        // Never empty for the `hdfs` sink: it runs only with its `hdfs.path`.
+        if !hdfs.is_empty() {
+            self.hdfs(&hdfs, type_prop, map);
+        }
     }
 
     /// A `kafka.*` property of a Kafka component: a connection option (our Kafka client
@@ -501,18 +546,11 @@ impl Converter<'_> {
             .key
             .strip_prefix("kafka.consumer.")
             .filter(|_| role != Role::Sink);
-        let ignored = |converter: &mut Self, map: &mut Map, why: &str| {
-            map.comment(format!(
-                "Flume `{} = {}` (line {}): no effect here: {why}",
-                own.key, own.value, own.line
-            ));
-            converter.note(line, Some(&own.full), format!("no effect here: {why}"));
-        };
         const BYTES: &str = "record keys and values are bytes; no serializer to choose";
         match (role, producer, consumer) {
             (_, Some("key.serializer" | "value.serializer"), _)
             | (_, _, Some("key.deserializer" | "value.deserializer")) => {
-                ignored(self, map, BYTES);
+                self.no_effect(own, BYTES, map);
             }
             (Role::Sink, Some("acks"), _) => map.insert("acks", Node::text(own.value, line)),
             (Role::Sink, Some("linger.ms"), _) => {
@@ -544,10 +582,10 @@ impl Converter<'_> {
             (Role::Source, _, Some("isolation.level")) => {
                 map.insert("isolation_level", Node::text(own.value, line));
             }
-            (_, _, Some("enable.auto.commit")) => ignored(
-                self,
-                map,
+            (_, _, Some("enable.auto.commit")) => self.no_effect(
+                own,
                 "offsets are committed by the agent once the events are safe",
+                map,
             ),
             (_, Some(property), _) if !property.is_empty() => {
                 map.map_mut("producer", line)
@@ -712,6 +750,235 @@ impl Converter<'_> {
             }
         }
         map.insert("serializers", Node::seq(items, Some(list.line)));
+    }
+
+    /// The `hdfs` sink's properties read together (see [`Special::Hdfs`]), and Flume's roll
+    /// defaults where the file sets none.
+    fn hdfs(&mut self, owns: &[&Own<'_>], type_prop: &Own<'_>, map: &mut Map) {
+        let get = |key: &str| owns.iter().find(|o| o.key == key).copied();
+        if let Some(path) = get("hdfs.path") {
+            self.hdfs_path(path, map);
+        }
+        self.hdfs_file_type(get("hdfs.fileType"), get("hdfs.codeC"), type_prop, map);
+        self.hdfs_round(
+            get("hdfs.round"),
+            get("hdfs.roundValue"),
+            get("hdfs.roundUnit"),
+            map,
+        );
+        self.hdfs_roll_defaults(type_prop, map);
+    }
+
+    /// `hdfs.path = s3a://bucket/path` as `bucket` and `path`, the path's escapes as they are.
+    fn hdfs_path(&mut self, own: &Own<'_>, map: &mut Map) {
+        // Anything else was refused before the properties were read.
+        let Some((bucket, path)) = object_storage_url(own.value) else {
+            return;
+        };
+        let line = Some(own.line);
+        let problem = if bucket.is_empty() {
+            Some("no bucket: write `s3a://<bucket>/<path>`")
+        } else if bucket.contains('@') {
+            Some(
+                "credentials in the URL are not read (they would be written into the converted YAML): the s3 sink takes them from the environment, the profile file or the instance's role",
+            )
+        } else if bucket.contains('%') {
+            Some(
+                "the bucket cannot come from an escape (a sink writes one bucket): put the escapes in the path after it",
+            )
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            self.error(line, Some(&own.full), problem);
+            return;
+        }
+        map.insert("bucket", Node::text(bucket, line));
+        // Flume puts a `/` between the path and the file name, as the s3 sink does.
+        let path = path.trim_matches('/');
+        if !path.is_empty() {
+            map.insert("path", Node::text(path, line));
+        }
+    }
+
+    /// `hdfs.fileType` with `hdfs.codeC` as `format` and `compression`. `type_prop`, the
+    /// sink's `type`, is blamed when `hdfs.fileType` is left at Flume's default, SequenceFile.
+    fn hdfs_file_type(
+        &mut self,
+        file_type: Option<&Own<'_>>,
+        codec: Option<&Own<'_>>,
+        type_prop: &Own<'_>,
+        map: &mut Map,
+    ) {
+        const WRITE: &str = "write `hdfs.fileType = DataStream` (the bodies as text), or `CompressedStream` with `hdfs.codeC = gzip` or `zstd`";
+        let Some(file_type) = file_type else {
+            self.error(
+                Some(type_prop.line),
+                Some(&type_prop.full),
+                format!(
+                    "`hdfs.fileType` is not set and Flume's default is SequenceFile, which is not written here (Hadoop SequenceFiles): {WRITE}"
+                ),
+            );
+            return;
+        };
+        let line = Some(file_type.line);
+        let value = file_type.value;
+        let compressed = if value.eq_ignore_ascii_case("DataStream") {
+            false
+        } else if value.eq_ignore_ascii_case("CompressedStream") {
+            true
+        } else if value.eq_ignore_ascii_case("SequenceFile") {
+            self.error(
+                line,
+                Some(&file_type.full),
+                format!("Hadoop SequenceFiles are not written here: {WRITE}"),
+            );
+            return;
+        } else {
+            self.error(
+                line,
+                Some(&file_type.full),
+                format!("`{value}` is not one of Flume's file types: {WRITE}"),
+            );
+            return;
+        };
+        let compression = match (compressed, codec) {
+            (false, None) => None,
+            (false, Some(codec)) => {
+                self.error(
+                    Some(codec.line),
+                    Some(&codec.full),
+                    "Flume refuses a codec with `hdfs.fileType = DataStream` too: write `hdfs.fileType = CompressedStream` to compress",
+                );
+                return;
+            }
+            (true, None) => {
+                self.error(
+                    line,
+                    Some(&file_type.full),
+                    "`CompressedStream` needs `hdfs.codeC` (`gzip` or `zstd`), as in Flume",
+                );
+                return;
+            }
+            (true, Some(codec)) => match compression_of_codec(codec.value) {
+                Some(found) => Some((found, codec.line)),
+                None => {
+                    self.error(
+                        Some(codec.line),
+                        Some(&codec.full),
+                        format!(
+                            "the codec `{}` is not supported: `gzip` or `zstd` (Hadoop's GzipCodec and ZStandardCodec); bzip2, lzo, lzop, snappy, lz4 and deflate are not written",
+                            codec.value
+                        ),
+                    );
+                    return;
+                }
+            },
+        };
+        if map.get_mut("format").is_none() {
+            map.insert("format", Node::plain("text", line));
+        }
+        if let Some(((compression, extension), codec_line)) = compression {
+            map.insert("compression", Node::plain(compression, Some(codec_line)));
+            if map.get_mut("file_suffix").is_none() {
+                map.comment(
+                    "as in Flume: without hdfs.fileSuffix, the names end with the codec's extension",
+                );
+                map.insert("file_suffix", Node::text(extension, Some(codec_line)));
+            }
+        }
+    }
+
+    /// `hdfs.round`, `hdfs.roundValue` (default 1) and `hdfs.roundUnit` (default `second`)
+    /// as `round` (`10m`).
+    fn hdfs_round(
+        &mut self,
+        round: Option<&Own<'_>>,
+        value: Option<&Own<'_>>,
+        unit: Option<&Own<'_>>,
+        map: &mut Map,
+    ) {
+        let Some(round) = round.filter(|own| {
+            self.value(own, Conv::Bool).is_some() && own.value.eq_ignore_ascii_case("true")
+        }) else {
+            for own in [value, unit].into_iter().flatten() {
+                self.no_effect(
+                    own,
+                    "`hdfs.round` is not `true` (Flume ignores it too)",
+                    map,
+                );
+            }
+            return;
+        };
+        let unit_name = unit.map_or("second", |own| own.value);
+        let (suffix, most) = match unit_name.to_ascii_lowercase().as_str() {
+            "second" => ("s", 60),
+            "minute" => ("m", 60),
+            "hour" => ("h", 24),
+            _ => {
+                if let Some(unit) = unit {
+                    self.error(
+                        Some(unit.line),
+                        Some(&unit.full),
+                        format!(
+                            "`{unit_name}` is not `second`, `minute` or `hour` (Flume would turn rounding off with a warning)"
+                        ),
+                    );
+                }
+                return;
+            }
+        };
+        let n = match value {
+            None => 1,
+            Some(own) => match own.value.parse::<u32>() {
+                Ok(n) if (1..=most).contains(&n) => n,
+                _ => {
+                    self.error(
+                        Some(own.line),
+                        Some(&own.full),
+                        format!(
+                            "`{}` is not a whole number from 1 to {most} (Flume refuses it too)",
+                            own.value
+                        ),
+                    );
+                    return;
+                }
+            },
+        };
+        map.insert(
+            "round",
+            Node::plain(format!("{n}{suffix}"), Some(round.line)),
+        );
+    }
+
+    /// Flume's roll defaults for the roll settings the file leaves out, with a note: they
+    /// make small objects.
+    fn hdfs_roll_defaults(&mut self, type_prop: &Own<'_>, map: &mut Map) {
+        let missing: Vec<&components::RollDefault> = components::HDFS_ROLL_DEFAULTS
+            .iter()
+            .filter(|d| map.get_mut(d.option).is_none())
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let list = |value: fn(&components::RollDefault) -> &'static str| {
+            missing
+                .iter()
+                .map(|d| format!("`{} = {}`", d.flume, value(d)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let message = format!(
+            "Flume's defaults are kept where the file does not set them, {}: they make small objects, slow and costly to store and to read; set larger ones, e.g. {}",
+            list(|d| d.flume_value),
+            list(|d| d.larger)
+        );
+        let line = Some(type_prop.line);
+        map.comment(message.clone());
+        for default in &missing {
+            map.insert(default.option, Node::plain(default.ours, line));
+        }
+        self.note(line, Some(&type_prop.full), message);
     }
 
     /// `selector.*` of a source.
@@ -970,6 +1237,28 @@ fn duration_message(value: &str, unit: &str) -> String {
         )
     } else {
         format!("`{value}` is not a whole number of {unit}")
+    }
+}
+
+/// The bucket and the rest of an object-storage URL (Hadoop's schemes for S3: `s3a://`,
+/// `s3n://`, `s3://`), or `None` for any other URL or path.
+fn object_storage_url(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    ["s3a", "s3n", "s3"]
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(scheme))
+        .then(|| rest.split_once('/').unwrap_or((rest, "")))
+}
+
+/// Our `compression` and Hadoop's file extension for the codec `hdfs.codeC` names. Flume
+/// takes a codec class's name, its simple name, or that without `Codec`, in any case
+/// (`org.apache.hadoop.io.compress.GzipCodec`, `GzipCodec`, `gzip`).
+fn compression_of_codec(name: &str) -> Option<(&'static str, &'static str)> {
+    let simple = name.rsplit('.').next().unwrap_or(name).to_ascii_lowercase();
+    match simple.strip_suffix("codec").unwrap_or(&simple) {
+        "gzip" | "gz" => Some(("gzip", ".gz")),
+        "zstandard" | "zstd" => Some(("zstd", ".zst")),
+        _ => None,
     }
 }
 

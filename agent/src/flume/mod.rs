@@ -22,9 +22,10 @@
 //!
 //! Nothing is dropped silently. Flume skips components it cannot build and starts anyway; here:
 //!
-//! - a component type that cannot run here (`hdfs`, `avro`, ...), a property that cannot be
-//!   honoured, an unknown property (probably misspelt: Flume ignores those), a listed component
-//!   without properties: errors, naming the file, the line and what to use instead;
+//! - a component type that cannot run here (`avro`, `hive`, an `hdfs` sink whose path is not
+//!   in object storage, ...), a property that cannot be honoured, an unknown property
+//!   (probably misspelt: Flume ignores those), a listed component without properties: errors,
+//!   naming the file, the line and what to use instead;
 //! - a property without effect here (`checkpointDir`, `keep-alive`, ...), a component defined
 //!   but not listed in `a1.sources`/`a1.channels`/`a1.sinks` (Flume does not run it either), a
 //!   key set twice: notes, printed as warnings and written as comments in the converted YAML.

@@ -1,3 +1,5 @@
+use ferry_core::ComponentKind;
+
 use super::*;
 
 fn yaml(text: &str) -> String {
@@ -138,7 +140,7 @@ a1.sources.r1.channels = c1
 a1.sources.r2.type = org.example.MySource
 a1.sources.r2.channels = c1
 a1.channels.c1.type = SPILLABLEMEMORY
-a1.sinks.k1.type = hdfs
+a1.sinks.k1.type = hive
 a1.sinks.k1.channel = c1
 a1.sinks.k2.type = file_roll
 a1.sinks.k2.channel = c1
@@ -163,8 +165,8 @@ a1.sinks.k2.sink.serializer.appendNewline = yes
         "{got:#?}"
     );
     assert!(
-        got[3].starts_with("flume.conf:9: a1.sinks.k1.type: Flume's sink `hdfs` cannot run here:")
-            && got[3].contains("file_roll"),
+        got[3].starts_with("flume.conf:9: a1.sinks.k1.type: Flume's sink `hive` cannot run here:")
+            && got[3].contains("`kafka` sink"),
         "{got:#?}"
     );
     assert_eq!(
@@ -179,6 +181,397 @@ a1.sinks.k2.sink.serializer.appendNewline = yes
         got[6].starts_with("flume.conf:15: a1.sinks.k2.sink.serializer.appendNewline: `yes` is not `true` or `false`"),
         "{got:#?}"
     );
+}
+
+/// A collector: taildir into a file channel, drained into S3 through Flume's `hdfs` sink.
+const COLLECTOR: &str = "\
+a1.sources = r1
+a1.channels = c1
+a1.sinks = k1
+a1.sources.r1.type = TAILDIR
+a1.sources.r1.channels = c1
+a1.sources.r1.positionFile = /var/lib/flume/taildir_position.json
+a1.sources.r1.filegroups = f1
+a1.sources.r1.filegroups.f1 = /var/log/app/.*\\\\.log
+a1.channels.c1.type = file
+a1.channels.c1.dataDirs = /var/lib/flume/data
+a1.sinks.k1.type = hdfs
+a1.sinks.k1.channel = c1
+a1.sinks.k1.hdfs.path = s3a://logs/flume/%Y-%m-%d
+a1.sinks.k1.hdfs.fileType = DataStream
+a1.sinks.k1.hdfs.rollInterval = 300
+";
+
+/// The options of sink `k1` in converted YAML, as the `s3` sink reads them: without the keys
+/// the runner takes (`type`, `channel`, `batch_size`).
+fn s3_options(yaml: &str) -> ferry_sinks::s3::S3Config {
+    let options: String = yaml
+        .lines()
+        .skip_while(|l| *l != "  k1:")
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .filter(|l| {
+            !["type:", "channel:", "batch_size:"]
+                .iter()
+                .any(|k| l[4..].starts_with(k))
+        })
+        .map(|l| format!("{}\n", &l[4..]))
+        .collect();
+    let config =
+        ferry_core::config::ComponentConfig::from_yaml(ComponentKind::Sink, "k1", "s3", &options)
+            .unwrap_or_else(|e| panic!("{}: {options}", e.message));
+    config
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {options}", e.message))
+}
+
+#[test]
+fn an_hdfs_sink_writing_to_s3a_becomes_the_s3_sink_with_flumes_names_and_defaults() {
+    let got = yaml(COLLECTOR);
+    assert_eq!(
+        got,
+        "sources:
+  r1:
+    type: taildir
+    channels: [c1]
+    flume_position_file: /var/lib/flume/taildir_position.json
+    filegroups:
+      f1: /var/log/app/*.log
+channels:
+  c1:
+    type: file
+    data_dir: /var/lib/flume/data
+sinks:
+  k1:
+    type: s3
+    channel: c1
+    roll_interval: 300s
+    bucket: logs
+    path: flume/%Y-%m-%d
+    format: text
+    # Flume's defaults are kept where the file does not set them, `hdfs.rollSize = 1024`, `hdfs.rollCount = 10`: they make small objects, slow and costly to store and to read; set larger ones, e.g. `hdfs.rollSize = 134217728`, `hdfs.rollCount = 0`
+    roll_size: 1024
+    roll_count: 10
+    # as in Flume: Flume's default hdfs.filePrefix, FlumeData, and the dot Flume writes after it
+    file_prefix: FlumeData.
+    # note: credentials are not in the Flume file (Hadoop's fs.s3a.* settings are in core-site.xml): the s3 sink takes them from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), the profile file (~/.aws/credentials) or the instance's or container's role; add `endpoint:` (an S3-compatible store) and `region:` to the converted YAML where needed
+"
+    );
+    let notes = notes(COLLECTOR);
+    assert_eq!(notes.len(), 2, "{notes:#?}");
+    assert!(
+        notes[0].starts_with("flume.conf:11: a1.sinks.k1.type: Flume's defaults are kept where the file does not set them, `hdfs.rollSize = 1024`, `hdfs.rollCount = 10`: they make small objects"),
+        "{notes:#?}"
+    );
+    assert!(
+        notes[1]
+            .starts_with("flume.conf:11: a1.sinks.k1.type: credentials are not in the Flume file")
+            && notes[1].contains("`endpoint:`")
+            && notes[1].contains("`region:`"),
+        "{notes:#?}"
+    );
+    let s3 = s3_options(&got);
+    assert_eq!(
+        (
+            s3.bucket.as_str(),
+            s3.path.as_str(),
+            s3.file_prefix.as_str()
+        ),
+        ("logs", "flume/%Y-%m-%d", "FlumeData.")
+    );
+    assert_eq!(s3.roll_interval, std::time::Duration::from_secs(300));
+    assert_eq!((s3.roll_size.bytes(), s3.roll_count), (1024, 10));
+}
+
+#[test]
+fn every_hdfs_property_that_applies_sets_its_s3_option() {
+    let text = COLLECTOR.replace(
+        "a1.sinks.k1.hdfs.rollInterval = 300\n",
+        "\
+a1.sinks.k1.hdfs.path = s3n://archive/
+a1.sinks.k1.hdfs.filePrefix = events-%{host}
+a1.sinks.k1.hdfs.fileSuffix = .log
+a1.sinks.k1.hdfs.inUsePrefix = _
+a1.sinks.k1.hdfs.inUseSuffix = .tmp
+a1.sinks.k1.hdfs.rollInterval = 0
+a1.sinks.k1.hdfs.rollSize = 134217728
+a1.sinks.k1.hdfs.rollCount = 0
+a1.sinks.k1.hdfs.idleTimeout = 60
+a1.sinks.k1.hdfs.batchSize = 1000
+a1.sinks.k1.hdfs.maxOpenFiles = 50
+a1.sinks.k1.hdfs.useLocalTimeStamp = true
+a1.sinks.k1.hdfs.timeZone = Europe/Paris
+a1.sinks.k1.hdfs.callTimeout = 10000
+a1.sinks.k1.hdfs.writeFormat = Text
+a1.sinks.k1.hdfs.threadsPoolSize = 20
+a1.sinks.k1.hdfs.closeTries = 3
+a1.sinks.k1.hdfs.retryInterval = 60
+a1.sinks.k1.serializer = HEADER_AND_TEXT
+a1.sinks.k1.serializer.appendNewline = false
+",
+    );
+    let got = yaml(&text);
+    for line in [
+        "    bucket: archive\n",
+        "    file_prefix: events-%{host}.\n",
+        "    file_suffix: .log\n",
+        "    roll_interval: 0s\n",
+        "    roll_size: 134217728\n",
+        "    roll_count: 0\n",
+        "    idle_timeout: 60s\n",
+        "    batch_size: 1000\n",
+        "    max_open_files: 50\n",
+        "    use_local_time: true\n",
+        "    time_zone: Europe/Paris\n",
+        "    request_timeout: 10000ms\n",
+        "    format: header_and_text\n",
+        "    append_newline: false\n",
+    ] {
+        assert!(got.contains(line), "{line}in\n{got}");
+    }
+    // The bucket's root: no path; Flume's defaults all replaced, so no note about them.
+    assert!(
+        !got.contains("path:") && !got.contains("FlumeData"),
+        "{got}"
+    );
+    let notes = notes(&text);
+    assert!(
+        !notes.iter().any(|n| n.contains("small objects")),
+        "{notes:#?}"
+    );
+    for key in [
+        "inUsePrefix",
+        "inUseSuffix",
+        "writeFormat",
+        "threadsPoolSize",
+        "closeTries",
+        "retryInterval",
+    ] {
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains(&format!("a1.sinks.k1.hdfs.{key}: no effect here"))),
+            "{key}: {notes:#?}"
+        );
+    }
+    let s3 = s3_options(&got);
+    assert_eq!(s3.file_prefix, "events-%{host}.");
+    assert_eq!(s3.time_zone.as_deref(), Some("Europe/Paris"));
+    assert_eq!(s3.request_timeout, std::time::Duration::from_secs(10));
+    assert!(s3.use_local_time && !s3.append_newline);
+}
+
+#[test]
+fn a_compressed_stream_becomes_compression_with_flumes_codec_extension() {
+    let compressed = COLLECTOR.replace(
+        "hdfs.fileType = DataStream",
+        "hdfs.fileType = CompressedStream\na1.sinks.k1.hdfs.codeC = gzip",
+    );
+    let got = yaml(&compressed);
+    assert!(
+        got.contains(
+            "    format: text
+    compression: gzip
+    # as in Flume: without hdfs.fileSuffix, the names end with the codec's extension
+    file_suffix: .gz
+"
+        ),
+        "{got}"
+    );
+    assert_eq!(
+        s3_options(&got).compression,
+        ferry_sinks::roll::Compression::Gzip
+    );
+    for (codec, compression) in [
+        ("gz", "gzip"),
+        ("org.apache.hadoop.io.compress.GzipCodec", "gzip"),
+        ("zstd", "zstd"),
+        ("ZStandardCodec", "zstd"),
+    ] {
+        let got = yaml(&compressed.replace("codeC = gzip", &format!("codeC = {codec}")));
+        assert!(
+            got.contains(&format!("    compression: {compression}\n")),
+            "{codec}: {got}"
+        );
+    }
+    // A suffix of the file's own is kept: Flume adds the codec's extension only without one.
+    let got = yaml(&format!(
+        "{compressed}a1.sinks.k1.hdfs.fileSuffix = .log.gz\n"
+    ));
+    assert!(
+        got.contains("    file_suffix: .log.gz\n") && !got.contains("file_suffix: .gz"),
+        "{got}"
+    );
+}
+
+#[test]
+fn hdfs_round_becomes_round_in_the_unit_of_round_unit() {
+    let round = |extra: &str| {
+        yaml(&format!(
+            "{COLLECTOR}a1.sinks.k1.hdfs.round = true\n{extra}"
+        ))
+    };
+    assert!(
+        round("").contains("    round: 1s\n"),
+        "Flume's defaults: 1 second"
+    );
+    let got = round("a1.sinks.k1.hdfs.roundValue = 10\na1.sinks.k1.hdfs.roundUnit = minute\n");
+    assert!(got.contains("    round: 10m\n"), "{got}");
+    assert_eq!(
+        s3_options(&got).round,
+        Some(std::time::Duration::from_secs(600))
+    );
+    let got = round("a1.sinks.k1.hdfs.roundUnit = HOUR\n");
+    assert!(got.contains("    round: 1h\n"), "{got}");
+    // Without `hdfs.round = true` Flume does not round: neither do we, and says so.
+    let text = format!("{COLLECTOR}a1.sinks.k1.hdfs.roundValue = 10\n");
+    assert!(!yaml(&text).contains("round:"));
+    assert!(
+        notes(&text).contains(
+            &"flume.conf:16: a1.sinks.k1.hdfs.roundValue: no effect here: `hdfs.round` is not `true` (Flume ignores it too)"
+                .to_owned()
+        ),
+        "{:#?}",
+        notes(&text)
+    );
+    assert_eq!(
+        problems(&format!(
+            "{COLLECTOR}a1.sinks.k1.hdfs.round = true\na1.sinks.k1.hdfs.roundValue = 30\na1.sinks.k1.hdfs.roundUnit = hour\n"
+        )),
+        [
+            "flume.conf:17: a1.sinks.k1.hdfs.roundValue: `30` is not a whole number from 1 to 24 (Flume refuses it too)"
+        ]
+    );
+    assert_eq!(
+        problems(&format!(
+            "{COLLECTOR}a1.sinks.k1.hdfs.round = true\na1.sinks.k1.hdfs.roundUnit = day\n"
+        )),
+        [
+            "flume.conf:17: a1.sinks.k1.hdfs.roundUnit: `day` is not `second`, `minute` or `hour` (Flume would turn rounding off with a warning)"
+        ]
+    );
+}
+
+#[test]
+fn what_an_hdfs_sink_cannot_do_in_object_storage_is_refused_by_name() {
+    // Flume's default file type is SequenceFile.
+    assert_eq!(
+        problems(&COLLECTOR.replace("a1.sinks.k1.hdfs.fileType = DataStream\n", "")),
+        [
+            "flume.conf:11: a1.sinks.k1.type: `hdfs.fileType` is not set and Flume's default is SequenceFile, which is not written here (Hadoop SequenceFiles): write `hdfs.fileType = DataStream` (the bodies as text), or `CompressedStream` with `hdfs.codeC = gzip` or `zstd`"
+        ]
+    );
+    assert_eq!(
+        problems(&COLLECTOR.replace("= DataStream", "= SequenceFile")),
+        [
+            "flume.conf:14: a1.sinks.k1.hdfs.fileType: Hadoop SequenceFiles are not written here: write `hdfs.fileType = DataStream` (the bodies as text), or `CompressedStream` with `hdfs.codeC = gzip` or `zstd`"
+        ]
+    );
+    let compressed = |codec: &str| {
+        COLLECTOR.replace(
+            "hdfs.fileType = DataStream",
+            &format!("hdfs.fileType = CompressedStream\na1.sinks.k1.hdfs.codeC = {codec}"),
+        )
+    };
+    for codec in ["snappy", "bzip2", "lzo", "lzop", "DefaultCodec", "brotli"] {
+        assert_eq!(
+            problems(&compressed(codec)),
+            [format!(
+                "flume.conf:15: a1.sinks.k1.hdfs.codeC: the codec `{codec}` is not supported: `gzip` or `zstd` (Hadoop's GzipCodec and ZStandardCodec); bzip2, lzo, lzop, snappy, lz4 and deflate are not written"
+            )]
+        );
+    }
+    assert_eq!(
+        problems(&COLLECTOR.replace("= DataStream", "= CompressedStream")),
+        [
+            "flume.conf:14: a1.sinks.k1.hdfs.fileType: `CompressedStream` needs `hdfs.codeC` (`gzip` or `zstd`), as in Flume"
+        ]
+    );
+    assert_eq!(
+        problems(&format!("{COLLECTOR}a1.sinks.k1.hdfs.codeC = gzip\n")),
+        [
+            "flume.conf:16: a1.sinks.k1.hdfs.codeC: Flume refuses a codec with `hdfs.fileType = DataStream` too: write `hdfs.fileType = CompressedStream` to compress"
+        ]
+    );
+    let got = problems(&format!(
+        "{COLLECTOR}\
+a1.sinks.k1.hdfs.kerberosPrincipal = flume/_HOST@EXAMPLE.COM
+a1.sinks.k1.hdfs.kerberosKeytab = /etc/flume.keytab
+a1.sinks.k1.hdfs.proxyUser = etl
+a1.sinks.k1.hdfs.minBlockReplicas = 1
+a1.sinks.k1.hdfs.rollIntervall = 60
+a1.sinks.k1.serializer = avro_event
+"
+    ));
+    let not_hdfs = "the objects are written to object storage with the s3 sink's credentials (the environment, the profile file or the instance's role), not to HDFS: remove it";
+    assert_eq!(
+        got,
+        [
+            format!("flume.conf:16: a1.sinks.k1.hdfs.kerberosPrincipal: {not_hdfs}"),
+            format!("flume.conf:17: a1.sinks.k1.hdfs.kerberosKeytab: {not_hdfs}"),
+            format!("flume.conf:18: a1.sinks.k1.hdfs.proxyUser: {not_hdfs}"),
+            "flume.conf:19: a1.sinks.k1.hdfs.minBlockReplicas: HDFS block replication has no counterpart in object storage, which keeps its own redundancy: remove it".to_owned(),
+            "flume.conf:20: a1.sinks.k1.hdfs.rollIntervall: `hdfs.rollIntervall` is not a property of Flume's sink `hdfs` that we know, did you mean `hdfs.rollInterval`?".to_owned(),
+            "flume.conf:21: a1.sinks.k1.serializer: `avro_event` is not supported: one of `text`, `header_and_text` (any case)".to_owned(),
+        ]
+    );
+    for (bucket, problem) in [
+        ("s3a:///flume", "no bucket"),
+        (
+            "s3a://logs-%{env}/flume",
+            "the bucket cannot come from an escape",
+        ),
+        (
+            "s3a://KEY:SECRET@logs/flume",
+            "credentials in the URL are not read",
+        ),
+    ] {
+        let got = problems(&COLLECTOR.replace("s3a://logs/flume/%Y-%m-%d", bucket));
+        assert!(
+            got.len() == 1
+                && got[0].starts_with(&format!("flume.conf:13: a1.sinks.k1.hdfs.path: {problem}")),
+            "{bucket}: {got:#?}"
+        );
+    }
+}
+
+#[test]
+fn an_hdfs_sink_writing_to_hdfs_is_refused_with_what_to_write_instead() {
+    let refusal = "HDFS is not written; point the sink at object storage (`hdfs.path = s3a://bucket/...` converts to the `s3` sink) or write local files with `file_roll`";
+    for path in [
+        "hdfs://namenode:8020/flume/%Y-%m-%d",
+        "/flume/events",
+        "file:///var/flume",
+    ] {
+        // Only the path is reported: the rest does not matter for a sink that cannot run.
+        let text = COLLECTOR
+            .replace("s3a://logs/flume/%Y-%m-%d", path)
+            .replace(
+                "a1.sinks.k1.hdfs.fileType = DataStream\n",
+                "a1.sinks.k1.hdfs.kerberosKeytab = /k\n",
+            );
+        assert_eq!(
+            problems(&text),
+            [format!("flume.conf:13: a1.sinks.k1.hdfs.path: {refusal}")],
+            "{path}"
+        );
+    }
+    let got = problems(&COLLECTOR.replace("s3a://logs/flume/%Y-%m-%d", "${ARCHIVE_URL}"));
+    assert!(
+        got.len() == 1
+            && got[0].starts_with(
+                "flume.conf:13: a1.sinks.k1.hdfs.path: the scheme and the bucket are written out"
+            ),
+        "{got:#?}"
+    );
+    assert_eq!(
+        problems(&COLLECTOR.replace("a1.sinks.k1.hdfs.path = s3a://logs/flume/%Y-%m-%d\n", "")),
+        [format!(
+            "flume.conf:11: a1.sinks.k1.type: `hdfs.path` is missing (Flume requires it too): {refusal}"
+        )]
+    );
+    // In YAML, `type: hdfs` is not taken as `s3`: its options are Flume's until converted.
+    assert_eq!(components::our_type(ComponentKind::Sink, "hdfs"), None);
 }
 
 #[test]
