@@ -12,19 +12,14 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
-use kafka_protocol::messages::{
-    ApiKey, FetchRequest, GroupId, OffsetCommitRequest, OffsetCommitResponse, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
-use crate::limits::{Broker, api_versions, call, create_topic, frame_as};
+use crate::limits::{Broker, api_versions, commit_offset, create_topic, frame_as};
 
 fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> BaseProducer {
     let mut config = ClientConfig::new();
@@ -57,6 +52,17 @@ fn send(producer: &BaseProducer, topic: &str, value: &str) {
         .unwrap();
 }
 
+/// Sends each of `values` to `topic` with `producer`, in order: the values sent.
+fn send_each(
+    producer: &BaseProducer,
+    topic: &str,
+    values: impl Iterator<Item = String>,
+) -> BTreeSet<String> {
+    values
+        .inspect(|value| send(producer, topic, value))
+        .collect()
+}
+
 /// Polls `consumers` until `want` distinct values came, for at most `timeout`; returns how
 /// many times each value came.
 fn consume(consumers: &[&BaseConsumer], want: usize, timeout: Duration) -> BTreeMap<String, usize> {
@@ -81,26 +87,17 @@ fn assert_each_once(seen: &BTreeMap<String, usize>, expected: &BTreeSet<String>)
     assert!(twice.is_empty(), "read more than once: {twice:?}");
 }
 
-fn reached(broker: &Broker, limit: &str) -> f64 {
-    broker.metric(&format!("kafka_limit_reached_total{{limit=\"{limit}\"}}"))
+/// A read_committed consumer of `topic` in group `reader` on `bootstrap` reads each of
+/// `expected` exactly once within 60 s.
+fn read_each_once(bootstrap: &str, topic: &str, expected: &BTreeSet<String>) {
+    let reader = consumer(bootstrap, "reader");
+    reader.subscribe(&[topic]).unwrap();
+    let seen = consume(&[&reader], expected.len(), Duration::from_secs(60));
+    assert_each_once(&seen, expected);
 }
 
-fn commit_for(stream: &mut TcpStream, group: &str, topic: &str) -> i16 {
-    let request = OffsetCommitRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
-        .with_generation_id_or_member_epoch(-1)
-        .with_topics(vec![
-            OffsetCommitRequestTopic::default()
-                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                .with_partitions(vec![
-                    OffsetCommitRequestPartition::default()
-                        .with_partition_index(0)
-                        .with_committed_offset(0),
-                ]),
-        ]);
-    let response: OffsetCommitResponse =
-        call(stream, ApiKey::OffsetCommit, 2, &request).expect("an OffsetCommit response");
-    response.topics[0].partitions[0].error_code
+fn reached(broker: &Broker, limit: &str) -> f64 {
+    broker.metric(&format!("kafka_limit_reached_total{{limit=\"{limit}\"}}"))
 }
 
 /// Four librdkafka consumers join a group that may have three members: one is refused with
@@ -118,12 +115,7 @@ fn members_and_groups_past_their_bounds_are_refused_and_the_group_keeps_consumin
     );
     let bootstrap = broker.address.to_string();
     let p = producer(&bootstrap, &[]);
-    let mut expected = BTreeSet::new();
-    for i in 0..120 {
-        let value = format!("first-{i}");
-        send(&p, "events", &value);
-        expected.insert(value);
-    }
+    let expected = send_each(&p, "events", (0..120).map(|i| format!("first-{i}")));
     p.flush(Duration::from_secs(30)).unwrap();
 
     let members: Vec<BaseConsumer> = (0..4).map(|_| consumer(&bootstrap, "big")).collect();
@@ -147,22 +139,17 @@ fn members_and_groups_past_their_bounds_are_refused_and_the_group_keeps_consumin
 
     // "big" is one group; two more fit, the next is refused.
     let mut stream = broker.connect();
-    assert_eq!(commit_for(&mut stream, "tool-1", "events"), 0);
-    assert_eq!(commit_for(&mut stream, "tool-2", "events"), 0);
+    assert_eq!(commit_offset(&mut stream, "tool-1", "events", 0), 0);
+    assert_eq!(commit_offset(&mut stream, "tool-2", "events", 0), 0);
     assert_eq!(
-        commit_for(&mut stream, "tool-3", "events"),
+        commit_offset(&mut stream, "tool-3", "events", 0),
         POLICY_VIOLATION
     );
     assert!(reached(&broker, "max_groups") >= 1.0);
     assert!(broker.log().contains("max_groups"), "{}", broker.log());
 
     // The group at its bound keeps working: new records are read, once.
-    let mut more = BTreeSet::new();
-    for i in 0..60 {
-        let value = format!("second-{i}");
-        send(&p, "events", &value);
-        more.insert(value);
-    }
+    let more = send_each(&p, "events", (0..60).map(|i| format!("second-{i}")));
     p.flush(Duration::from_secs(30)).unwrap();
     let seen = consume(&refs, more.len(), Duration::from_secs(60));
     assert_each_once(&seen, &more);
@@ -202,18 +189,12 @@ fn transactional_ids_past_the_bound_are_refused_and_the_others_commit() {
     for round in 0..3 {
         for (name, p) in [("txn-1", &first), ("txn-2", &second)] {
             p.begin_transaction().unwrap();
-            for i in 0..10 {
-                let value = format!("{name}-{round}-{i}");
-                send(p, "committed", &value);
-                expected.insert(value);
-            }
+            let values = (0..10).map(|i| format!("{name}-{round}-{i}"));
+            expected.extend(send_each(p, "committed", values));
             p.commit_transaction(Duration::from_secs(30)).unwrap();
         }
     }
-    let reader = consumer(&bootstrap, "reader");
-    reader.subscribe(&["committed"]).unwrap();
-    let seen = consume(&[&reader], expected.len(), Duration::from_secs(60));
-    assert_each_once(&seen, &expected);
+    read_each_once(&bootstrap, "committed", &expected);
 }
 
 /// Sixty idempotent producers that each write one record and go, with room for twenty
@@ -246,10 +227,7 @@ fn producer_states_past_the_bound_are_forgotten_oldest_first() {
     let forgotten = reached(&broker, "max_producer_ids_per_partition");
     // 61 producers on one partition that keeps 20: at least 41 forgotten.
     assert!(forgotten >= 41.0, "forgotten: {forgotten}");
-    let reader = consumer(&bootstrap, "reader");
-    reader.subscribe(&["producers"]).unwrap();
-    let seen = consume(&[&reader], expected.len(), Duration::from_secs(60));
-    assert_each_once(&seen, &expected);
+    read_each_once(&bootstrap, "producers", &expected);
 }
 
 /// A hundred connections each leave a fetch waiting 30 s for a megabyte that never comes;
@@ -293,12 +271,7 @@ fn fetches_past_max_pending_fetches_wait_unwoken_and_consumers_get_everything() 
     let p = producer(&bootstrap, &[]);
     let reader = consumer(&bootstrap, "reader");
     reader.subscribe(&["busy"]).unwrap();
-    let mut expected = BTreeSet::new();
-    for i in 0..100 {
-        let value = format!("busy-{i}");
-        send(&p, "busy", &value);
-        expected.insert(value);
-    }
+    let expected = send_each(&p, "busy", (0..100).map(|i| format!("busy-{i}")));
     p.flush(Duration::from_secs(30)).unwrap();
     let seen = consume(&[&reader], expected.len(), Duration::from_secs(60));
     assert_each_once(&seen, &expected);

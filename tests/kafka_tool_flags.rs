@@ -30,6 +30,39 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
+/// `agent TOOL --bootstrap-server BOOTSTRAP ARGS...` (with `stdin`), whatever its exit status.
+fn on_server(tool: &str, bootstrap: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut all = vec![tool, "--bootstrap-server", bootstrap];
+    all.extend_from_slice(args);
+    run(&all, stdin)
+}
+
+/// `agent console-producer` of `input` to `topic` on `bootstrap`, `extra` flags added; asserts
+/// it succeeded.
+fn produce(bootstrap: &str, topic: &str, extra: &[&str], input: &[u8]) {
+    let args = [&["--topic", topic][..], extra].concat();
+    let produced = on_server("console-producer", bootstrap, &args, Some(input));
+    assert!(produced.status.success(), "{produced:?}");
+}
+
+/// `agent broker` in `dir` ([`harness::broker_agent`], one partition a topic) with `topic`
+/// created: the broker and its address.
+fn broker_with_topic(dir: &std::path::Path, topic: &str) -> (harness::Agent, String) {
+    let (broker, bootstrap) = harness::broker_agent(dir, 1);
+    ok(&strs(&topics(&bootstrap, &["--create", "--topic", topic])));
+    (broker, bootstrap)
+}
+
+/// SIGTERMs the broker agent and asserts it exits 0 within 30 s (its log if not).
+fn stop_cleanly(broker: &mut harness::Agent) {
+    broker.signal(Signal::SIGTERM);
+    assert!(
+        broker.wait(Duration::from_secs(30)).success(),
+        "{}",
+        broker.log()
+    );
+}
+
 #[test]
 fn topics_flags_answer_as_kafka_topics_does() {
     let dir = tempfile::tempdir().unwrap();
@@ -159,12 +192,7 @@ fn topics_flags_answer_as_kafka_topics_does() {
         "{refused:?}"
     );
 
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    stop_cleanly(&mut broker);
 }
 
 /// Starts the agent with `args`, reads one line of its output, closes the pipe and gives its
@@ -198,17 +226,7 @@ fn a_closed_pipe_ends_a_tool_quietly() {
     let input: String = (0..20_000)
         .map(|i| format!("record number {i}\n"))
         .collect();
-    let produced = run(
-        &[
-            "console-producer",
-            "--bootstrap-server",
-            b,
-            "--topic",
-            "piped",
-        ],
-        Some(input.as_bytes()),
-    );
-    assert!(produced.status.success(), "{produced:?}");
+    produce(b, "piped", &[], input.as_bytes());
 
     let (status, first, stderr) = read_one_line_then_close(&[
         "console-consumer",
@@ -230,12 +248,7 @@ fn a_closed_pipe_ends_a_tool_quietly() {
     assert!(first.starts_with("Topic: piped\t"), "{first}");
     assert!(status.success(), "{status:?} {stderr}");
 
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    stop_cleanly(&mut broker);
     let segment = dir.path().join("broker/piped-0/00000000000000000000.log");
     let (status, first, stderr) = read_one_line_then_close(&[
         "dump-log-segments",
@@ -390,17 +403,7 @@ fn broker_takes_listen_and_data_dir_flags_and_either_kind_of_file() {
     .unwrap();
     let mut broker = Broker::start(dir.path(), &["--config", pipeline.to_str().unwrap()]);
     wait_for_listener(&address);
-    let produced = run(
-        &[
-            "console-producer",
-            "--bootstrap-server",
-            &address,
-            "--topic",
-            "auto",
-        ],
-        Some(b"one\n"),
-    );
-    assert!(produced.status.success(), "{produced:?}");
+    produce(&address, "auto", &[], b"one\n");
     let described = ok(&strs(&topics(&address, &["--describe", "--topic", "auto"])));
     assert!(described.contains("\tPartitionCount: 3\t"), "{described}");
     assert!(broker.stop().success());
@@ -419,21 +422,17 @@ fn console_consumer_prints_as_kafkas_default_message_formatter() {
     let dir = tempfile::tempdir().unwrap();
     let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
     let b = bootstrap.as_str();
-    let produced = run(
+    produce(
+        b,
+        "formatted",
         &[
-            "console-producer",
-            "--bootstrap-server",
-            b,
-            "--topic",
-            "formatted",
             "--property",
             "parse.key=true",
             "--property",
             "key.separator=:",
         ],
-        Some(b"k0:v0\nk1:v1\n"),
+        b"k0:v0\nk1:v1\n",
     );
-    assert!(produced.status.success(), "{produced:?}");
     let consume = |extra: &[&str]| {
         let mut args = vec![
             "console-consumer",
@@ -538,12 +537,7 @@ fn console_consumer_prints_as_kafkas_default_message_formatter() {
         String::from_utf8_lossy(&refused.stderr).contains("DefaultMessageFormatter"),
         "{refused:?}"
     );
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    stop_cleanly(&mut broker);
 }
 
 #[test]
@@ -628,21 +622,17 @@ fn console_producer_takes_kafkas_flags_and_keeps_the_lines_before_a_bad_one() {
     assert_eq!(out, "k1\tone\nk2\ttwo\nnull\tplain line\nk6\tsix\n");
 
     // parse.headers, with Kafka's defaults: `h1:v1,h2:v2<TAB>key<TAB>value`.
-    let with_headers = run(
+    produce(
+        b,
+        "headed",
         &[
-            "console-producer",
-            "--bootstrap-server",
-            b,
-            "--topic",
-            "headed",
             "--property",
             "parse.headers=true",
             "--property",
             "parse.key=true",
         ],
-        Some(b"h1:v1,h2:v2\tk\tvalue\n"),
+        b"h1:v1,h2:v2\tk\tvalue\n",
     );
-    assert!(with_headers.status.success(), "{with_headers:?}");
     let out = ok(&[
         "console-consumer",
         "--bootstrap-server",
@@ -681,12 +671,7 @@ fn console_producer_takes_kafkas_flags_and_keeps_the_lines_before_a_bad_one() {
         ["one", "plain line", "six", "two", "value"],
         "{out}"
     );
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    stop_cleanly(&mut broker);
 }
 
 #[test]
@@ -694,17 +679,7 @@ fn console_consumer_stops_on_sigterm_committing_and_counting() {
     let dir = tempfile::tempdir().unwrap();
     let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
     let b = bootstrap.as_str();
-    let produced = run(
-        &[
-            "console-producer",
-            "--bootstrap-server",
-            b,
-            "--topic",
-            "signalled",
-        ],
-        Some(b"a\nb\nc\n"),
-    );
-    assert!(produced.status.success(), "{produced:?}");
+    produce(b, "signalled", &[], b"a\nb\nc\n");
     let consumer_args = [
         "console-consumer",
         "--bootstrap-server",
@@ -811,12 +786,7 @@ fn console_consumer_stops_on_sigterm_committing_and_counting() {
         "--all-groups",
     ]);
     assert!(all.contains("stoppers"), "{all}");
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    stop_cleanly(&mut broker);
 }
 
 /// `agent console-consumer --group GROUP` on `topic` as a child (`extra` flags too), its
@@ -1128,12 +1098,7 @@ fn groups_describe_members_and_state_of_classic_and_consumer_protocol_groups() {
         "Deletion of requested consumer groups ('classic', 'modern') was successful.\n"
     );
     assert_eq!(out(&groups(&["--list"])), "");
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    stop_cleanly(&mut broker);
 }
 
 #[test]
@@ -1293,12 +1258,7 @@ fn groups_reset_offsets_by_time_and_a_transactional_partition_has_no_lag() {
         ["txg", "txn", "0", "4", "4", "0"],
         "{described}"
     );
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    stop_cleanly(&mut broker);
 }
 
 #[test]
@@ -1321,12 +1281,7 @@ fn dump_log_segments_takes_max_bytes_and_verifies_indexes_only() {
             .unwrap();
         producer.flush(Duration::from_secs(10)).unwrap();
     }
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    stop_cleanly(&mut broker);
     let segment = dir.path().join("broker/indexed-0/00000000000000000000");
     let file = |ext: &str| segment.with_extension(ext).to_str().unwrap().to_owned();
     let (log, index, time) = (file("log"), file("index"), file("timeindex"));
@@ -1438,15 +1393,8 @@ fn dump_log_segments_takes_max_bytes_and_verifies_indexes_only() {
 
 /// `agent console-consumer ARGS` against `bootstrap` reading `topic`.
 fn console_consumer(bootstrap: &str, topic: &str, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "console-consumer",
-        "--bootstrap-server",
-        bootstrap,
-        "--topic",
-        topic,
-    ];
-    args.extend_from_slice(extra);
-    run(&args, None)
+    let args = [&["--topic", topic][..], extra].concat();
+    on_server("console-consumer", bootstrap, &args, None)
 }
 
 /// Asserts that `out` is a refusal (exit 1) whose standard error contains `message`.
@@ -1466,17 +1414,7 @@ fn console_consumer_takes_the_group_offset_and_reset_as_kafkas_does() {
     let dir = tempfile::tempdir().unwrap();
     let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
     let b = bootstrap.as_str();
-    let produced = run(
-        &[
-            "console-producer",
-            "--bootstrap-server",
-            b,
-            "--topic",
-            "flags",
-        ],
-        Some(b"a\nb\n"),
-    );
-    assert!(produced.status.success(), "{produced:?}");
+    produce(b, "flags", &[], b"a\nb\n");
 
     // Kafka's refusals, before anything is read.
     let refusals: [(&[&str], &str); 8] = [
@@ -1662,38 +1600,17 @@ fn console_consumer_takes_the_group_offset_and_reset_as_kafkas_does() {
     // --compression-codec wins over the properties' compression.type; without it, theirs is
     // used. (Lines that compress: librdkafka sends a batch that does not shrink as is.)
     let lines = "the same line again and again\n".repeat(200);
-    let produce = |topic: &str, extra: &[&str]| {
-        let mut args = vec![
-            "console-producer",
-            "--bootstrap-server",
-            b,
-            "--topic",
-            topic,
-        ];
-        args.extend_from_slice(extra);
-        let out = run(&args, Some(lines.as_bytes()));
-        assert!(out.status.success(), "{out:?}");
-    };
-    produce(
-        "by-flag",
-        &[
-            "--producer-property",
-            "compression.type=gzip",
-            "--compression-codec",
-            "lz4",
-        ],
-    );
-    produce(
-        "by-property",
-        &["--producer-property", "compression.type=snappy"],
-    );
-    produce("by-default", &["--compression-codec"]);
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    let by_flag = [
+        "--producer-property",
+        "compression.type=gzip",
+        "--compression-codec",
+        "lz4",
+    ];
+    produce(b, "by-flag", &by_flag, lines.as_bytes());
+    let by_property = ["--producer-property", "compression.type=snappy"];
+    produce(b, "by-property", &by_property, lines.as_bytes());
+    produce(b, "by-default", &["--compression-codec"], lines.as_bytes());
+    stop_cleanly(&mut broker);
     for (topic, codec) in [
         ("by-flag", "lz4"),
         ("by-property", "snappy"),
@@ -1713,21 +1630,9 @@ fn console_consumer_takes_the_group_offset_and_reset_as_kafkas_does() {
 #[test]
 fn flags_outside_their_modes_are_refused_naming_the_mode() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let (mut broker, bootstrap) = broker_with_topic(dir.path(), "modes");
     let b = bootstrap.as_str();
-    ok(&[
-        "topics",
-        "--bootstrap-server",
-        b,
-        "--create",
-        "--topic",
-        "modes",
-    ]);
-    let with_server = |tool: &str, args: &[&str]| {
-        let mut all = vec![tool, "--bootstrap-server", b];
-        all.extend_from_slice(args);
-        run(&all, None)
-    };
+    let with_server = |tool: &str, args: &[&str]| on_server(tool, b, args, None);
     // clap's refusal: exit 2, naming the flag and the action it cannot be used with.
     let refused = |tool: &str, args: &[&str], flag: &str, action: &str| {
         let out = with_server(tool, args);
@@ -1914,17 +1819,11 @@ fn flags_outside_their_modes_are_refused_naming_the_mode() {
     }
     // --verbose in --describe's offsets view has no columns to add: refused at run time.
     let verbose = with_server("groups", &["--describe", "--group", "g", "--verbose"]);
-    assert_eq!(verbose.status.code(), Some(1), "{verbose:?}");
-    assert!(
-        String::from_utf8_lossy(&verbose.stderr).contains("--describe --members"),
-        "{verbose:?}"
-    );
+    assert_refused(&verbose, "--describe --members");
     // consumer-perf-test: --reporting-interval only with --show-detailed-stats.
-    let perf = run(
+    let perf = with_server(
+        "consumer-perf-test",
         &[
-            "consumer-perf-test",
-            "--bootstrap-server",
-            b,
             "--topic",
             "modes",
             "--messages",
@@ -1932,13 +1831,8 @@ fn flags_outside_their_modes_are_refused_naming_the_mode() {
             "--reporting-interval",
             "1000",
         ],
-        None,
     );
-    assert_eq!(perf.status.code(), Some(1), "{perf:?}");
-    assert!(
-        String::from_utf8_lossy(&perf.stderr).contains("--show-detailed-stats"),
-        "{perf:?}"
-    );
+    assert_refused(&perf, "--show-detailed-stats");
 
     // The modes that take the flags still do.
     assert_eq!(
@@ -1958,27 +1852,14 @@ fn flags_outside_their_modes_are_refused_naming_the_mode() {
         "Altered topic modes.\n"
     );
 
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    stop_cleanly(&mut broker);
 }
 
 #[test]
 fn command_config_and_command_property_reach_every_connection() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut broker, bootstrap) = harness::broker_agent(dir.path(), 1);
+    let (mut broker, bootstrap) = broker_with_topic(dir.path(), "wired");
     let b = bootstrap.as_str();
-    ok(&[
-        "topics",
-        "--bootstrap-server",
-        b,
-        "--create",
-        "--topic",
-        "wired",
-    ]);
     let write = |name: &str, text: &str| {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
@@ -2004,9 +1885,8 @@ fn command_config_and_command_property_reach_every_connection() {
     ];
     for tool in tools {
         let with = |config: &str| {
-            let mut args = vec![tool[0], "--bootstrap-server", b, "--command-config", config];
-            args.extend_from_slice(&tool[1..]);
-            run(&args, None)
+            let args = [&["--command-config", config][..], &tool[1..]].concat();
+            on_server(tool[0], b, &args, None)
         };
         let out = with(&used);
         assert!(out.status.success(), "{tool:?}: {out:?}");
@@ -2029,14 +1909,10 @@ fn command_config_and_command_property_reach_every_connection() {
     // topics: --command-property reaches the Metadata request of --list too (TLS asked for,
     // without a CA, is refused rather than listed over plaintext).
     let out = run(
-        &[
-            "topics",
-            "--bootstrap-server",
+        &strs(&topics(
             b,
-            "--list",
-            "--command-property",
-            "security.protocol=ssl",
-        ],
+            &["--list", "--command-property", "security.protocol=ssl"],
+        )),
         None,
     );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -2044,38 +1920,16 @@ fn command_config_and_command_property_reach_every_connection() {
         String::from_utf8_lossy(&out.stdout).contains("ssl.ca.location"),
         "{out:?}"
     );
-    assert_eq!(
-        ok(&[
-            "topics",
-            "--bootstrap-server",
-            b,
-            "--list",
-            "--command-property",
-            "client.id=lister",
-        ]),
-        "wired\n"
-    );
+    let listed = topics(b, &["--list", "--command-property", "client.id=lister"]);
+    assert_eq!(ok(&strs(&listed)), "wired\n");
 
     // consumer-perf-test: the flags given win over --consumer.config (a --fetch-size
     // librdkafka refuses is refused although the file's is fine); the file's is used
     // without them.
-    let produced = run(
-        &[
-            "console-producer",
-            "--bootstrap-server",
-            b,
-            "--topic",
-            "wired",
-        ],
-        Some(b"one\ntwo\n"),
-    );
-    assert!(produced.status.success(), "{produced:?}");
+    produce(b, "wired", &[], b"one\ntwo\n");
     let perf_config = write("perf.properties", "max.partition.fetch.bytes=65536\n");
     let perf = |extra: &[&str]| {
-        let mut args = vec![
-            "consumer-perf-test",
-            "--bootstrap-server",
-            b,
+        let flags = [
             "--topic",
             "wired",
             "--messages",
@@ -2085,22 +1939,11 @@ fn command_config_and_command_property_reach_every_connection() {
             "--consumer.config",
             &perf_config,
         ];
-        args.extend_from_slice(extra);
-        run(&args, None)
+        on_server("consumer-perf-test", b, &[&flags[..], extra].concat(), None)
     };
     let read = perf(&[]);
     assert!(read.status.success(), "{read:?}");
-    let refused = perf(&["--fetch-size", "0"]);
-    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("max.partition.fetch.bytes"),
-        "{refused:?}"
-    );
+    assert_refused(&perf(&["--fetch-size", "0"]), "max.partition.fetch.bytes");
 
-    broker.signal(Signal::SIGTERM);
-    assert!(
-        broker.wait(Duration::from_secs(30)).success(),
-        "{}",
-        broker.log()
-    );
+    stop_cleanly(&mut broker);
 }

@@ -478,9 +478,11 @@ pub(crate) fn create_topic(stream: &mut TcpStream, name: &str) -> (i16, String) 
     )
 }
 
-fn commit_offset(stream: &mut TcpStream, topic: &str, offset: i64) -> i16 {
+/// A standalone OffsetCommit (generation -1) of `offset` for partition 0 of `topic` by
+/// `group`: the partition's error code.
+pub(crate) fn commit_offset(stream: &mut TcpStream, group: &str, topic: &str, offset: i64) -> i16 {
     let request = OffsetCommitRequest::default()
-        .with_group_id(GroupId(StrBytes::from_static_str("standalone")))
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
         .with_generation_id_or_member_epoch(-1)
         .with_topics(vec![
             OffsetCommitRequestTopic::default()
@@ -513,7 +515,7 @@ fn a_full_disk_answers_storage_errors_and_leaves_nothing_behind() {
     );
     let mut stream = broker.connect();
     assert_eq!(create_topic(&mut stream, "before").0, 0);
-    assert_eq!(commit_offset(&mut stream, "before", 0), 0);
+    assert_eq!(commit_offset(&mut stream, "standalone", "before", 0), 0);
 
     // Someone else's file takes every byte left.
     let filler = disk.path.join("filler");
@@ -531,7 +533,7 @@ fn a_full_disk_answers_storage_errors_and_leaves_nothing_behind() {
         "nothing left of the refused topic"
     );
     assert_eq!(
-        commit_offset(&mut stream, "before", 1),
+        commit_offset(&mut stream, "standalone", "before", 1),
         KAFKA_STORAGE_ERROR,
         "{}",
         broker.log()
@@ -539,7 +541,7 @@ fn a_full_disk_answers_storage_errors_and_leaves_nothing_behind() {
 
     std::fs::remove_file(&filler).unwrap();
     assert_eq!(create_topic(&mut stream, "during").0, 0);
-    assert_eq!(commit_offset(&mut stream, "before", 1), 0);
+    assert_eq!(commit_offset(&mut stream, "standalone", "before", 1), 0);
 }
 
 /// A Produce v9 request of one batch of `count` records of `len` bytes to partition 0.
@@ -742,6 +744,47 @@ fn closed_after(report: &serde_json::Value, count: usize) -> Vec<f64> {
         .collect()
 }
 
+/// `agent broker` in `dir` with a plaintext listener on a free port (its `address`), then the
+/// listeners `more` (items of its `listeners:` list), the user `alice` (password
+/// `alice-secret`) and `settings`.
+fn broker_listening(dir: &Path, more: &str, settings: &str) -> Broker {
+    let address: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let listen = format!(
+        "listeners:\n  - {{ address: {address} }}\n{more}\
+         users:\n  - {{ name: alice, password: alice-secret }}\n"
+    );
+    Broker::start_listening(dir, &dir.join("data"), &listen, address, settings, None)
+}
+
+/// A `listeners:` item on a free port of `security_protocol` with the server certificate of
+/// `certs`: its address and the item.
+fn tls_listener(
+    security_protocol: &str,
+    certs: &crate::security::Certificates,
+) -> (String, String) {
+    let address = format!("127.0.0.1:{}", free_port());
+    let item = format!(
+        "  - address: {address}\n    security_protocol: {security_protocol}\n    \
+         ssl: {{ certificate: {}, key: {} }}\n",
+        certs.server_cert.display(),
+        certs.server_key.display()
+    );
+    (address, item)
+}
+
+/// A producer of `alice` over SASL/PLAIN to `bootstrap`, sending each record at once.
+fn alice_producer<T: rdkafka::config::FromClientConfig>(bootstrap: &str) -> T {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanisms", "PLAIN")
+        .set("sasl.username", "alice")
+        .set("sasl.password", "alice-secret")
+        .set("linger.ms", "0")
+        .create()
+        .unwrap()
+}
+
 /// Kafka's own bound is the pool: six connections announcing ~100 MiB each and sending 4
 /// bytes of it used to reserve 600 MiB of `queued_max_request_bytes` (512 MiB) between them,
 /// and no other request was read while they stayed open. Memory is now taken as bytes arrive:
@@ -752,24 +795,9 @@ fn closed_after(report: &serde_json::Value, count: usize) -> Vec<f64> {
 fn announced_huge_requests_hold_nothing_and_stop_nobody() {
     let dir = tempfile::tempdir().unwrap();
     let certs = crate::security::certificates(dir.path());
-    let port = free_port();
-    let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let sasl_ssl = format!("127.0.0.1:{}", free_port());
-    let listen = format!(
-        "listeners:\n  - {{ address: {address} }}\n  - address: {sasl_ssl}\n    \
-         security_protocol: SASL_SSL\n    ssl: {{ certificate: {}, key: {} }}\n\
-         users:\n  - {{ name: alice, password: alice-secret }}\n",
-        certs.server_cert.display(),
-        certs.server_key.display()
-    );
-    let broker = Broker::start_listening(
-        dir.path(),
-        &dir.path().join("data"),
-        &listen,
-        address,
-        "request_receive_timeout_ms: 4000\n",
-        None,
-    );
+    let (sasl_ssl, listener) = tls_listener("SASL_SSL", &certs);
+    let broker = broker_listening(dir.path(), &listener, "request_receive_timeout_ms: 4000\n");
+    let address = broker.address;
     let mut rss_mib = 0;
     let report = hostile_clients(
         &address.to_string(),
@@ -881,15 +909,7 @@ fn requests_over_the_sasl_receive_size_are_refused_before_authentication() {
     assert!(broker.log().contains("sasl_server_max_receive_size"));
 
     // Authenticated, a produce request of ~900 KB (above 512 KiB) is read and acknowledged.
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", address.to_string())
-        .set("security.protocol", "SASL_PLAINTEXT")
-        .set("sasl.mechanisms", "PLAIN")
-        .set("sasl.username", "alice")
-        .set("sasl.password", "alice-secret")
-        .set("linger.ms", "0")
-        .create()
-        .unwrap();
+    let producer: BaseProducer = alice_producer(&address.to_string());
     let value = vec![b'v'; 900_000];
     producer
         .send(BaseRecord::<(), _>::to("large").payload(&value))
@@ -915,24 +935,15 @@ fn stalled_handshakes_and_sasl_exchanges_are_closed_in_time_and_stop_nobody() {
     use rdkafka::producer::{FutureProducer, FutureRecord};
     let dir = tempfile::tempdir().unwrap();
     let certs = crate::security::certificates(dir.path());
-    let address: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let ssl = format!("127.0.0.1:{}", free_port());
+    let (ssl, tls) = tls_listener("SSL", &certs);
     let sasl = format!("127.0.0.1:{}", free_port());
-    let listen = format!(
-        "listeners:\n  - {{ address: {address} }}\n  - address: {ssl}\n    \
-         security_protocol: SSL\n    ssl: {{ certificate: {}, key: {} }}\n  \
-         - {{ address: {sasl}, security_protocol: SASL_PLAINTEXT, sasl_mechanisms: [PLAIN] }}\n\
-         users:\n  - {{ name: alice, password: alice-secret }}\n",
-        certs.server_cert.display(),
-        certs.server_key.display()
+    let listeners = format!(
+        "{tls}  - {{ address: {sasl}, security_protocol: SASL_PLAINTEXT, sasl_mechanisms: [PLAIN] }}\n"
     );
-    let broker = Broker::start_listening(
+    let broker = broker_listening(
         dir.path(),
-        &dir.path().join("data"),
-        &listen,
-        address,
+        &listeners,
         "ssl_handshake_timeout_ms: 2000\nsasl_authentication_timeout_ms: 2000\n",
-        None,
     );
     let ca = certs.ca.display().to_string();
     let report = hostile_clients(
@@ -951,15 +962,7 @@ fn stalled_handshakes_and_sasl_exchanges_are_closed_in_time_and_stop_nobody() {
     let timeouts = broker.metric("kafka_connections_handshake_timeouts_total{listener=\"SSL\"");
     assert!(timeouts >= 200.0, "handshake timeouts counted: {timeouts}");
 
-    let producer: FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &sasl)
-        .set("security.protocol", "SASL_PLAINTEXT")
-        .set("sasl.mechanisms", "PLAIN")
-        .set("sasl.username", "alice")
-        .set("sasl.password", "alice-secret")
-        .set("linger.ms", "0")
-        .create()
-        .unwrap();
+    let producer: FutureProducer = alice_producer(&sasl);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -7,10 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
@@ -792,15 +793,145 @@ sinks:
     drop(agent);
 }
 
+/// Waits for something to listen on `port` of 127.0.0.1 (`what`, to say which).
+fn wait_for_listener(port: u16, what: &str) {
+    wait_until(Duration::from_secs(30), what, || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+}
+
 /// `agent broker` alone in `dir`, on `port` (the same across restarts).
-fn broker_on(dir: &std::path::Path, port: u16) -> Agent {
+fn broker_on(dir: &Path, port: u16) -> Agent {
     std::fs::create_dir_all(dir).unwrap();
     let config = format!("broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n");
     let broker = Agent::start(dir, &config);
-    wait_until(Duration::from_secs(30), "the broker to listen", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    wait_for_listener(port, "the broker to listen");
     broker
+}
+
+/// The `agent` section of the `/health` tests' pipelines: a state directory, the HTTP server on
+/// a free port, and a component unhealthy once it has failed for 3 s.
+const HEALTH_AGENT: &str = "
+agent:
+  data_dir: ./state
+  http: 127.0.0.1:0
+  unhealthy_after: 3s
+";
+
+/// How many events the sink `out` of the agent at `address` delivered, from `/metrics.json`.
+fn drained(address: &str) -> u64 {
+    let (_, flume) = json(address, "/metrics.json");
+    flume["SINK.out"]["EventDrainSuccessCount"]
+        .as_str()
+        .map_or(0, |n| n.parse::<u64>().unwrap())
+}
+
+/// Waits for `/health` at `address` to answer `status`, and asserts it did within `limit` of
+/// `since`, when `what` happened (`limit_named`: the limit as the failure says it); prints how
+/// long it took.
+fn health_answers_within(
+    address: &str,
+    status: u16,
+    since: Instant,
+    what: &str,
+    limit: Duration,
+    limit_named: &str,
+) {
+    wait_until(
+        Duration::from_secs(20),
+        &format!("/health to answer {status}"),
+        || get(address, "/health").0 == status,
+    );
+    let took = since.elapsed();
+    println!("/health: {status} {took:?} after {what}");
+    assert!(
+        took <= limit,
+        "/health answered {status} {took:?} after {what}, more than {limit_named}"
+    );
+}
+
+/// `/health` at `address` answers 503 within `unhealthy_after` (3 s) + 5 s of `since`, when
+/// `what` happened.
+fn health_fails_within_8_s(address: &str, since: Instant, what: &str) {
+    let limit = Duration::from_secs(3 + 5);
+    health_answers_within(address, 503, since, what, limit, "unhealthy_after + 5 s");
+}
+
+/// `/health` at `address` answers 200 within 10 s of `since`, when `what` happened.
+fn health_recovers_within_10_s(address: &str, since: Instant, what: &str) {
+    let limit = Duration::from_secs(10);
+    health_answers_within(address, 200, since, what, limit, "10 s");
+}
+
+/// `agent broker` in `broker/` of a temporary directory, on a free port (the same across
+/// restarts), for the pipeline in `pipeline/` beside it.
+struct BesideABroker {
+    broker: Agent,
+    port: u16,
+    /// The broker's address.
+    bootstrap: String,
+    dir: tempfile::TempDir,
+}
+
+impl BesideABroker {
+    fn start() -> BesideABroker {
+        let dir = tempfile::tempdir().unwrap();
+        let port = harness::free_port();
+        BesideABroker {
+            broker: broker_on(&dir.path().join("broker"), port),
+            port,
+            bootstrap: format!("127.0.0.1:{port}"),
+            dir,
+        }
+    }
+
+    /// An agent in `pipeline/` on [`HEALTH_AGENT`] and `components` (its sources, channels and
+    /// sinks): the agent and its HTTP server's address.
+    fn pipeline(&self, components: &str) -> (Agent, String) {
+        let pipeline = self.dir.path().join("pipeline");
+        std::fs::create_dir_all(&pipeline).unwrap();
+        let agent = Agent::start(&pipeline, &format!("{HEALTH_AGENT}{components}"));
+        let address = http_address(&agent);
+        (agent, address)
+    }
+
+    /// Like [`Self::pipeline`], with a netcat source on a free port ([`netcat_source`]) before
+    /// `rest` (its channels and sinks): once the source listens, the agent, its HTTP server's
+    /// address and the source's port.
+    fn netcat_pipeline(&self, rest: &str) -> (Agent, String, u16) {
+        let lines_port = harness::free_port();
+        let (agent, address) = self.pipeline(&format!("{}{rest}", netcat_source(lines_port)));
+        wait_for_listener(lines_port, "the netcat source to listen");
+        (agent, address, lines_port)
+    }
+
+    /// SIGKILLs the broker under the agent at `address`, then runs `meanwhile`: `/health`
+    /// answers 503 within `unhealthy_after` + 5 s of the kill, naming `component` (its Flume
+    /// key) with the broker's address in its error. Then starts the broker again: `/health`
+    /// answers 200 within 10 s of it listening. Returns the 503 answer.
+    fn kill_and_restart(
+        &mut self,
+        address: &str,
+        component: &str,
+        meanwhile: impl FnOnce(),
+    ) -> serde_json::Value {
+        self.broker.signal(Signal::SIGKILL);
+        self.broker.wait(Duration::from_secs(10));
+        let killed = Instant::now();
+        meanwhile();
+        health_fails_within_8_s(address, killed, "the broker died");
+        let (_, health) = json(address, "/health");
+        let failing = failing_component(&health, component);
+        assert!(
+            failing["error"].as_str().unwrap().contains(&self.bootstrap),
+            "the broker is not named: {health}"
+        );
+
+        self.broker = broker_on(&self.dir.path().join("broker"), self.port);
+        let back = Instant::now();
+        health_recovers_within_10_s(address, back, "the broker came back");
+        health
+    }
 }
 
 /// A kafka sink whose broker is SIGKILLed while events wait: librdkafka reports every broker
@@ -809,26 +940,9 @@ fn broker_on(dir: &std::path::Path, port: u16) -> Agent {
 /// later); with the broker back, `/health` is 200 within 10 s and every line is delivered.
 #[test]
 fn health_fails_within_seconds_of_a_dead_kafka_and_recovers_when_it_is_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker_port = harness::free_port();
-    let bootstrap = format!("127.0.0.1:{broker_port}");
-    let mut broker = broker_on(&dir.path().join("broker"), broker_port);
-    let lines_port = harness::free_port();
-    let pipeline = dir.path().join("pipeline");
-    std::fs::create_dir_all(&pipeline).unwrap();
-    let config = format!(
-        r#"
-agent:
-  data_dir: ./state
-  http: 127.0.0.1:0
-  unhealthy_after: 3s
-sources:
-  lines:
-    type: netcat
-    channels: [buffer]
-    bind: 127.0.0.1
-    port: {lines_port}
-channels:
+    let mut kafka = BesideABroker::start();
+    let rest = format!(
+        r#"channels:
   buffer:
     type: memory
     capacity: 10000
@@ -836,75 +950,30 @@ sinks:
   out:
     type: kafka
     channel: buffer
-    bootstrap_servers: {bootstrap}
+    bootstrap_servers: {}
     topic: health
-"#
+"#,
+        kafka.bootstrap
     );
-    let agent = Agent::start(&pipeline, &config);
-    let address = http_address(&agent);
-    // Each line sent, then its `OK` read: a line is the source's once acknowledged.
-    let send = |from: usize, to: usize| {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", lines_port)).unwrap();
-        for i in from..to {
-            writeln!(stream, "line-{i}").unwrap();
-        }
-        let mut acks = std::io::BufReader::new(stream);
-        for _ in from..to {
-            let mut ok = String::new();
-            std::io::BufRead::read_line(&mut acks, &mut ok).unwrap();
-            assert_eq!(ok, "OK\n");
-        }
-    };
-    wait_until(
-        Duration::from_secs(30),
-        "the netcat source to listen",
-        || std::net::TcpStream::connect(("127.0.0.1", lines_port)).is_ok(),
-    );
-    send(0, 100);
+    let (agent, address, lines_port) = kafka.netcat_pipeline(&rest);
+    send_lines(lines_port, 0, 100);
     wait_until(Duration::from_secs(30), "the first lines delivered", || {
         scrape(&address)
             .is_some_and(|s| value(&s, "ferry_sink_event_drain_success_total", "out") >= 100.0)
     });
     assert_eq!(get(&address, "/health").0, 200);
 
-    broker.signal(Signal::SIGKILL);
-    broker.wait(Duration::from_secs(10));
-    let killed = std::time::Instant::now();
-    send(100, 200);
-    wait_until(Duration::from_secs(20), "/health to answer 503", || {
-        get(&address, "/health").0 == 503
+    let health = kafka.kill_and_restart(&address, "SINK.out", || {
+        send_lines(lines_port, 100, 200);
     });
-    let took = killed.elapsed();
-    let failed_after = took;
-    assert!(
-        took <= Duration::from_secs(3 + 5),
-        "/health answered 503 {took:?} after the broker died, more than unhealthy_after + 5 s"
-    );
-    let (_, health) = json(&address, "/health");
     let failing = health["failing"].as_array().unwrap();
     assert_eq!(failing.len(), 1, "{health}");
     assert_eq!(failing[0]["component"], "SINK.out", "{health}");
-    let error = failing[0]["error"].as_str().unwrap();
-    assert!(
-        error.contains(&bootstrap),
-        "the broker is not named: {health}"
-    );
 
-    let broker = broker_on(&dir.path().join("broker"), broker_port);
-    let back = std::time::Instant::now();
-    wait_until(Duration::from_secs(20), "/health to answer 200", || {
-        get(&address, "/health").0 == 200
-    });
-    let took = back.elapsed();
-    println!("/health: 503 {failed_after:?} after the broker died, 200 {took:?} after it was back");
-    assert!(
-        took <= Duration::from_secs(10),
-        "/health answered 200 {took:?} after the broker came back, more than 10 s"
-    );
     let consumed = harness::agent_ok(&[
         "console-consumer",
         "--bootstrap-server",
-        &bootstrap,
+        &kafka.bootstrap,
         "--topic",
         "health",
         "--from-beginning",
@@ -917,7 +986,8 @@ sinks:
     lines.sort_unstable();
     lines.dedup();
     assert_eq!(lines.len(), 200, "every line once at least: {consumed}");
-    drop(broker);
+    drop(agent);
+    drop(kafka);
 }
 
 /// Sends lines `line-{from}` to `line-{to - 1}` to a netcat source on `port` and reads each
@@ -1010,22 +1080,24 @@ fn failing_component(health: &serde_json::Value, key: &str) -> serde_json::Value
         .clone()
 }
 
-/// A netcat source on `lines_port` into a memory channel and an http sink to `endpoint`,
-/// `extra` lines added to the sink.
-fn netcat_to_http(lines_port: u16, endpoint: &str, extra: &str) -> String {
+/// The `sources` section of a netcat source `lines` on `port` into the channel `buffer`.
+fn netcat_source(port: u16) -> String {
     format!(
-        r#"
-agent:
-  data_dir: ./state
-  http: 127.0.0.1:0
-  unhealthy_after: 3s
-sources:
+        r#"sources:
   lines:
     type: netcat
     channels: [buffer]
     bind: 127.0.0.1
-    port: {lines_port}
-channels:
+    port: {port}
+"#
+    )
+}
+
+/// A netcat source on `lines_port` into a memory channel and an http sink to `endpoint`,
+/// `extra` lines added to the sink.
+fn netcat_to_http(lines_port: u16, endpoint: &str, extra: &str) -> String {
+    format!(
+        r#"{HEALTH_AGENT}{}channels:
   buffer:
     type: memory
     capacity: 10000
@@ -1035,8 +1107,50 @@ sinks:
     channel: buffer
     batch_size: 50
     endpoint: {endpoint}
-{extra}"#
+{extra}"#,
+        netcat_source(lines_port)
     )
+}
+
+/// An agent in `dir` on [`netcat_to_http`]: once its netcat source listens, the agent and its
+/// HTTP server's address.
+fn start_netcat_to_http(
+    dir: &Path,
+    lines_port: u16,
+    endpoint: &str,
+    extra: &str,
+) -> (Agent, String) {
+    let agent = Agent::start(dir, &netcat_to_http(lines_port, endpoint, extra));
+    let address = http_address(&agent);
+    wait_for_listener(lines_port, "the netcat source to listen");
+    (agent, address)
+}
+
+/// Sends `line-0` .. `line-{n - 1}` to the netcat source on `lines_port`: `/health` at
+/// `address` answers 503 within `unhealthy_after` + 5 s of the sending (`what`, to say so),
+/// naming the sink `out`. The 503 answer and the sink's entry in it.
+fn sink_fails_on_lines(
+    address: &str,
+    lines_port: u16,
+    n: usize,
+    what: &str,
+) -> (serde_json::Value, serde_json::Value) {
+    let sent = Instant::now();
+    send_lines(lines_port, 0, n);
+    health_fails_within_8_s(address, sent, what);
+    let (_, health) = json(address, "/health");
+    let sink = failing_component(&health, "SINK.out");
+    (health, sink)
+}
+
+/// Once the endpoint is back (`what`, to say how): `/health` at `address` answers 200 within
+/// 10 s, and `bodies` gets every one of the `n` lines.
+fn recovers_and_delivers(address: &str, what: &str, bodies: &Mutex<Vec<String>>, n: usize) {
+    let back = Instant::now();
+    health_recovers_within_10_s(address, back, what);
+    wait_until(Duration::from_secs(30), "every line delivered", || {
+        every_line(bodies, n)
+    });
 }
 
 /// An http sink whose endpoint refuses connections (nothing listens on its port): `/health`
@@ -1048,26 +1162,10 @@ fn health_names_an_http_sink_whose_endpoint_refuses_connections_until_one_listen
     let lines_port = harness::free_port();
     let endpoint_port = harness::free_port();
     let url = format!("http://127.0.0.1:{endpoint_port}/events");
-    let agent = Agent::start(dir.path(), &netcat_to_http(lines_port, &url, ""));
-    let address = http_address(&agent);
-    wait_until(
-        Duration::from_secs(30),
-        "the netcat source to listen",
-        || std::net::TcpStream::connect(("127.0.0.1", lines_port)).is_ok(),
-    );
+    let (agent, address) = start_netcat_to_http(dir.path(), lines_port, &url, "");
     assert_eq!(get(&address, "/health").0, 200);
-    let sent = std::time::Instant::now();
-    send_lines(lines_port, 0, 200);
-    wait_until(Duration::from_secs(20), "/health to answer 503", || {
-        get(&address, "/health").0 == 503
-    });
-    let failed_after = sent.elapsed();
-    assert!(
-        failed_after <= Duration::from_secs(3 + 5),
-        "/health answered 503 {failed_after:?} after the first refused delivery, more than unhealthy_after + 5 s"
-    );
-    let (_, health) = json(&address, "/health");
-    let sink = failing_component(&health, "SINK.out");
+    let (health, sink) =
+        sink_fails_on_lines(&address, lines_port, 200, "the first refused delivery");
     let error = sink["error"].as_str().unwrap();
     assert!(error.contains(&url), "the URL is not named: {health}");
     assert!(
@@ -1079,21 +1177,7 @@ fn health_names_an_http_sink_whose_endpoint_refuses_connections_until_one_listen
 
     let listener = std::net::TcpListener::bind(("127.0.0.1", endpoint_port)).unwrap();
     let bodies = endpoint_on(listener, Arc::new(AtomicBool::new(true)));
-    let back = std::time::Instant::now();
-    wait_until(Duration::from_secs(20), "/health to answer 200", || {
-        get(&address, "/health").0 == 200
-    });
-    let recovered_after = back.elapsed();
-    println!(
-        "/health: 503 {failed_after:?} after the lines were sent, 200 {recovered_after:?} after the endpoint listened"
-    );
-    assert!(
-        recovered_after <= Duration::from_secs(10),
-        "/health answered 200 {recovered_after:?} after the endpoint listened, more than 10 s"
-    );
-    wait_until(Duration::from_secs(30), "every line delivered", || {
-        every_line(&bodies, 200)
-    });
+    recovers_and_delivers(&address, "the endpoint listened", &bodies, 200);
     drop(agent);
 }
 
@@ -1109,26 +1193,9 @@ fn health_fails_a_sink_whose_delivery_stays_in_flight() {
     let url = format!("http://{}/events", listener.local_addr().unwrap());
     let answer = Arc::new(AtomicBool::new(false));
     let bodies = endpoint_on(listener, Arc::clone(&answer));
-    let config = netcat_to_http(lines_port, &url, "    request_timeout: 120s\n");
-    let agent = Agent::start(dir.path(), &config);
-    let address = http_address(&agent);
-    wait_until(
-        Duration::from_secs(30),
-        "the netcat source to listen",
-        || std::net::TcpStream::connect(("127.0.0.1", lines_port)).is_ok(),
-    );
-    let sent = std::time::Instant::now();
-    send_lines(lines_port, 0, 100);
-    wait_until(Duration::from_secs(20), "/health to answer 503", || {
-        get(&address, "/health").0 == 503
-    });
-    let failed_after = sent.elapsed();
-    assert!(
-        failed_after <= Duration::from_secs(3 + 5),
-        "/health answered 503 {failed_after:?} after the lines were sent, more than unhealthy_after + 5 s"
-    );
-    let (_, health) = json(&address, "/health");
-    let sink = failing_component(&health, "SINK.out");
+    let (agent, address) =
+        start_netcat_to_http(dir.path(), lines_port, &url, "    request_timeout: 120s\n");
+    let (health, sink) = sink_fails_on_lines(&address, lines_port, 100, "the lines were sent");
     let error = sink["error"].as_str().unwrap();
     assert!(
         error.starts_with("delivery in flight for ") && error.ends_with(" s"),
@@ -1137,18 +1204,7 @@ fn health_fails_a_sink_whose_delivery_stays_in_flight() {
     assert!(sink["failing_for_ms"].as_u64().unwrap() >= 3000, "{health}");
 
     answer.store(true, Ordering::SeqCst);
-    let answered = std::time::Instant::now();
-    wait_until(Duration::from_secs(20), "/health to answer 200", || {
-        get(&address, "/health").0 == 200
-    });
-    let recovered_after = answered.elapsed();
-    println!(
-        "/health: 503 {failed_after:?} after the lines were sent, 200 {recovered_after:?} after the endpoint answered"
-    );
-    assert!(recovered_after <= Duration::from_secs(10));
-    wait_until(Duration::from_secs(30), "every line delivered", || {
-        every_line(&bodies, 100)
-    });
+    recovers_and_delivers(&address, "the endpoint answered", &bodies, 100);
     drop(agent);
 }
 
@@ -1166,20 +1222,15 @@ agent:
   data_dir: ./state
   http: 127.0.0.1:0
   unhealthy_after: 2s
-sources:
-  lines:
-    type: netcat
-    channels: [buffer]
-    bind: 127.0.0.1
-    port: {port}
-channels:
+{}channels:
   buffer:
     type: memory
 sinks:
   out:
     type: "null"
     channel: buffer
-"#
+"#,
+        netcat_source(port)
     );
     let agent = Agent::start(dir.path(), &config);
     let address = http_address(&agent);
@@ -1208,10 +1259,8 @@ sinks:
 /// 10 s, and records produced then are consumed.
 #[test]
 fn health_fails_a_kafka_source_whose_broker_is_dead_and_recovers_when_it_is_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker_port = harness::free_port();
-    let bootstrap = format!("127.0.0.1:{broker_port}");
-    let mut broker = broker_on(&dir.path().join("broker"), broker_port);
+    let mut kafka = BesideABroker::start();
+    let bootstrap = kafka.bootstrap.clone();
     let produce = |from: usize, to: usize| {
         let lines: String = (from..to).map(|i| format!("record-{i}\n")).collect();
         let out = harness::agent_output(
@@ -1227,15 +1276,8 @@ fn health_fails_a_kafka_source_whose_broker_is_dead_and_recovers_when_it_is_back
         assert!(out.status.success(), "{out:?}");
     };
     produce(0, 50);
-    let pipeline = dir.path().join("pipeline");
-    std::fs::create_dir_all(&pipeline).unwrap();
-    let config = format!(
-        r#"
-agent:
-  data_dir: ./state
-  http: 127.0.0.1:0
-  unhealthy_after: 3s
-sources:
+    let (agent, address) = kafka.pipeline(&format!(
+        r#"sources:
   in:
     type: kafka
     channels: [buffer]
@@ -1251,61 +1293,23 @@ sinks:
     type: "null"
     channel: buffer
 "#
-    );
-    let agent = Agent::start(&pipeline, &config);
-    let address = http_address(&agent);
-    let drained = || {
-        let (_, flume) = json(&address, "/metrics.json");
-        flume["SINK.out"]["EventDrainSuccessCount"]
-            .as_str()
-            .map_or(0, |n| n.parse::<u64>().unwrap())
-    };
+    ));
     wait_until(
         Duration::from_secs(60),
         "the first records consumed",
-        || drained() >= 50,
+        || drained(&address) >= 50,
     );
     assert_eq!(get(&address, "/health").0, 200);
 
-    broker.signal(Signal::SIGKILL);
-    broker.wait(Duration::from_secs(10));
-    let killed = std::time::Instant::now();
-    wait_until(Duration::from_secs(20), "/health to answer 503", || {
-        get(&address, "/health").0 == 503
-    });
-    let failed_after = killed.elapsed();
-    assert!(
-        failed_after <= Duration::from_secs(3 + 5),
-        "/health answered 503 {failed_after:?} after the broker died, more than unhealthy_after + 5 s"
-    );
-    let (_, health) = json(&address, "/health");
-    let source = failing_component(&health, "SOURCE.in");
-    assert!(
-        source["error"].as_str().unwrap().contains(&bootstrap),
-        "the broker is not named: {health}"
-    );
-
-    let broker = broker_on(&dir.path().join("broker"), broker_port);
-    let back = std::time::Instant::now();
-    wait_until(Duration::from_secs(20), "/health to answer 200", || {
-        get(&address, "/health").0 == 200
-    });
-    let recovered_after = back.elapsed();
-    println!(
-        "/health: 503 {failed_after:?} after the broker died, 200 {recovered_after:?} after it was back"
-    );
-    assert!(
-        recovered_after <= Duration::from_secs(10),
-        "/health answered 200 {recovered_after:?} after the broker came back, more than 10 s"
-    );
+    kafka.kill_and_restart(&address, "SOURCE.in", || {});
     produce(50, 100);
     wait_until(
         Duration::from_secs(60),
         "the later records consumed",
-        || drained() >= 100,
+        || drained(&address) >= 100,
     );
     drop(agent);
-    drop(broker);
+    drop(kafka);
 }
 
 /// A kafka channel whose broker is SIGKILLed: its clients report every broker down to the
@@ -1313,90 +1317,32 @@ sinks:
 /// and the broker; with the broker back, 200 within 10 s and lines flow through it again.
 #[test]
 fn health_fails_a_kafka_channel_whose_broker_is_dead_and_recovers_when_it_is_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker_port = harness::free_port();
-    let bootstrap = format!("127.0.0.1:{broker_port}");
-    let mut broker = broker_on(&dir.path().join("broker"), broker_port);
-    let lines_port = harness::free_port();
-    let pipeline = dir.path().join("pipeline");
-    std::fs::create_dir_all(&pipeline).unwrap();
-    let config = format!(
-        r#"
-agent:
-  data_dir: ./state
-  http: 127.0.0.1:0
-  unhealthy_after: 3s
-sources:
-  lines:
-    type: netcat
-    channels: [buffer]
-    bind: 127.0.0.1
-    port: {lines_port}
-channels:
+    let mut kafka = BesideABroker::start();
+    let rest = format!(
+        r#"channels:
   buffer:
     type: kafka
-    bootstrap_servers: {bootstrap}
+    bootstrap_servers: {}
     topic: channel-health
 sinks:
   out:
     type: "null"
     channel: buffer
-"#
+"#,
+        kafka.bootstrap
     );
-    let agent = Agent::start(&pipeline, &config);
-    let address = http_address(&agent);
-    let drained = || {
-        let (_, flume) = json(&address, "/metrics.json");
-        flume["SINK.out"]["EventDrainSuccessCount"]
-            .as_str()
-            .map_or(0, |n| n.parse::<u64>().unwrap())
-    };
-    wait_until(
-        Duration::from_secs(30),
-        "the netcat source to listen",
-        || std::net::TcpStream::connect(("127.0.0.1", lines_port)).is_ok(),
-    );
+    let (agent, address, lines_port) = kafka.netcat_pipeline(&rest);
     send_lines(lines_port, 0, 50);
     wait_until(Duration::from_secs(60), "the first lines through", || {
-        drained() >= 50
+        drained(&address) >= 50
     });
     assert_eq!(get(&address, "/health").0, 200);
 
-    broker.signal(Signal::SIGKILL);
-    broker.wait(Duration::from_secs(10));
-    let killed = std::time::Instant::now();
-    wait_until(Duration::from_secs(20), "/health to answer 503", || {
-        get(&address, "/health").0 == 503
-    });
-    let failed_after = killed.elapsed();
-    assert!(
-        failed_after <= Duration::from_secs(3 + 5),
-        "/health answered 503 {failed_after:?} after the broker died, more than unhealthy_after + 5 s"
-    );
-    let (_, health) = json(&address, "/health");
-    let channel = failing_component(&health, "CHANNEL.buffer");
-    assert!(
-        channel["error"].as_str().unwrap().contains(&bootstrap),
-        "the broker is not named: {health}"
-    );
-
-    let broker = broker_on(&dir.path().join("broker"), broker_port);
-    let back = std::time::Instant::now();
-    wait_until(Duration::from_secs(20), "/health to answer 200", || {
-        get(&address, "/health").0 == 200
-    });
-    let recovered_after = back.elapsed();
-    println!(
-        "/health: 503 {failed_after:?} after the broker died, 200 {recovered_after:?} after it was back"
-    );
-    assert!(
-        recovered_after <= Duration::from_secs(10),
-        "/health answered 200 {recovered_after:?} after the broker came back, more than 10 s"
-    );
+    kafka.kill_and_restart(&address, "CHANNEL.buffer", || {});
     send_lines(lines_port, 50, 100);
     wait_until(Duration::from_secs(60), "the later lines through", || {
-        drained() >= 100
+        drained(&address) >= 100
     });
     drop(agent);
-    drop(broker);
+    drop(kafka);
 }
