@@ -7,6 +7,7 @@
 //! ferry-agent --test e2e [FILTER]` runs them too.
 
 mod harness;
+mod s3;
 mod s3_harness;
 
 mod acls;

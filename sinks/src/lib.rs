@@ -6,6 +6,7 @@
 //! | `null`      | [`null`]        | `NullSink`         |
 //! | `file_roll` | [`file_roll`]   | `RollingFileSink`  |
 //! | `http`      | [`http`]        | `HttpSink`         |
+//! | `s3`        | [`s3`]          | `HDFSEventSink` (`s3a://`) |
 //!
 //! A sink's `deliver` returns `Ok` only once the batch is safe at the destination; on `Err`
 //! the runner rolls the take back and delivers the same batch again after a backoff. A sink
@@ -32,7 +33,8 @@ pub fn register(registry: &mut Registry) {
         .register_sink("file_roll", |cfg| {
             Ok(Box::new(file_roll::FileRollSink::build(cfg)?))
         })
-        .register_sink("http", |cfg| Ok(Box::new(http::HttpSink::build(cfg)?)));
+        .register_sink("http", |cfg| Ok(Box::new(http::HttpSink::build(cfg)?)))
+        .register_sink("s3", |cfg| Ok(Box::new(s3::S3Sink::build(cfg)?)));
 }
 
 /// Appends headers the way Java prints a map, as Flume's output does: `{a=1, b=2}`.
@@ -77,7 +79,7 @@ mod tests {
         register(&mut registry);
         assert_eq!(
             registry.type_names(ComponentKind::Sink),
-            vec!["file_roll", "http", "logger", "null"]
+            vec!["file_roll", "http", "logger", "null", "s3"]
         );
     }
 }

@@ -22,9 +22,10 @@ pub struct S3Config {
     /// [`hdfs.filePrefix`]
     #[serde(default)]
     pub file_prefix: String,
-    /// End of every object's name, e.g. `.log.gz`. Default empty. [`hdfs.fileSuffix`]
+    /// End of every object's name, e.g. `.log.gz`. Default: the format's and compression's
+    /// (`.gz`, `.zst`, `.jsonl`, `.jsonl.gz`, `.parquet`, ...). [`hdfs.fileSuffix`]
     #[serde(default)]
-    pub file_suffix: String,
+    pub file_suffix: Option<String>,
 
     /// The store's URL, for an S3-compatible store (`http://127.0.0.1:9000`). Default: AWS.
     #[serde(default)]
@@ -73,7 +74,10 @@ pub struct S3Config {
     pub roll_count: u64,
     /// Finish an object this long after its first event; `0` never. Default `5m`.
     /// [`hdfs.rollInterval`]
-    #[serde(default = "default_roll_interval", with = "ferry_core::config::duration")]
+    #[serde(
+        default = "default_roll_interval",
+        with = "ferry_core::config::duration"
+    )]
     pub roll_interval: Duration,
     /// Finish an object when no event was added to it for this long; `0` never. Default `0`.
     /// [`hdfs.idleTimeout`]
@@ -113,7 +117,10 @@ pub struct S3Config {
     #[serde(default)]
     pub staging_directory: Option<PathBuf>,
     /// A request to the store that takes longer than this fails (and is retried). Default `30s`.
-    #[serde(default = "default_request_timeout", with = "ferry_core::config::duration")]
+    #[serde(
+        default = "default_request_timeout",
+        with = "ferry_core::config::duration"
+    )]
     pub request_timeout: Duration,
 }
 
