@@ -161,3 +161,289 @@ fn s3_taildir_through_file_channel_is_exactly_once_across_sigkills_during_upload
     );
     println!("{} objects, {} lines", per_object.len(), lines.len());
 }
+
+/// POSTs events (headers, body) to the agent's http source.
+fn post(port: u16, events: &[(Vec<(&str, String)>, String)]) {
+    let array: Vec<serde_json::Value> = events
+        .iter()
+        .map(|(headers, body)| {
+            let headers: serde_json::Map<String, serde_json::Value> = headers
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(v.as_str())))
+                .collect();
+            serde_json::json!({"headers": headers, "body": body})
+        })
+        .collect();
+    let body = serde_json::to_vec(&array).unwrap();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    stream.write_all(&body).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[test]
+fn s3_keys_follow_the_path_escapes_and_json_and_parquet_read_back_with_their_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = S3Server::start(dir.path()) else {
+        return;
+    };
+    server.create_bucket(BUCKET);
+    let port = crate::harness::free_port();
+    let sink = |name: &str, channel: &str, rest: &str| {
+        format!(
+            "  {name}:\n    type: s3\n    channel: {channel}\n    bucket: {BUCKET}\n    endpoint: {}\n    access_key_id: ${{S3_KEY}}\n    secret_access_key: ${{S3_SECRET}}\n    time_zone: UTC\n    roll_interval: 1s\n{rest}",
+            server.endpoint
+        )
+    };
+    let config = format!(
+        "agent:\n  data_dir: ./state\nsources:\n  web:\n    type: http\n    port: {port}\n    channels: [a, b]\nchannels:\n  a:\n    type: file\n    data_dir: ./a\n  b:\n    type: file\n    data_dir: ./b\nsinks:\n{}{}",
+        sink(
+            "as_json",
+            "a",
+            "    path: json/%Y/%m/%d/%{host}\n    format: json\n    compression: gzip\n"
+        ),
+        sink(
+            "as_parquet",
+            "b",
+            "    path: parquet/day=%Y-%m-%d\n    format: parquet\n    compression: zstd\n"
+        ),
+    );
+    let agent = start(dir.path(), &config, &server);
+    wait_until(Duration::from_secs(60), "the http source", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    // Three days: 2026-03-01, 2026-03-02 and 2026-03-03, 10:00 UTC; two hosts.
+    let days = [1_772_359_200_000_i64, 1_772_445_600_000, 1_772_532_000_000];
+    let mut events = Vec::new();
+    for (d, day) in days.iter().enumerate() {
+        for i in 0..20 {
+            let host = if i % 2 == 0 { "web-1" } else { "web-2" };
+            let mut headers = vec![
+                ("timestamp", (day + i).to_string()),
+                ("host", host.to_owned()),
+            ];
+            if i % 5 == 0 {
+                headers.push(("level", "warn".to_owned()));
+            }
+            events.push((headers, format!("day {d} event {i} \"quoted\" é")));
+        }
+    }
+    post(port, &events);
+    wait_until(Duration::from_secs(60), "the objects of both sinks", || {
+        let listed = server.list_objects(BUCKET);
+        listed
+            .iter()
+            .filter(|(k, _)| k.starts_with("json/"))
+            .count()
+            == 6
+            && listed
+                .iter()
+                .filter(|(k, _)| k.starts_with("parquet/"))
+                .count()
+                == 3
+    });
+    let listed: Vec<String> = server
+        .list_objects(BUCKET)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    for expected in [
+        "json/2026/03/01/web-1/as_json.",
+        "json/2026/03/02/web-2/as_json.",
+        "json/2026/03/03/web-1/as_json.",
+        "parquet/day=2026-03-01/as_parquet.",
+        "parquet/day=2026-03-03/as_parquet.",
+    ] {
+        assert!(
+            listed.iter().any(|k| k.starts_with(expected)),
+            "no object under {expected}: {listed:?}"
+        );
+    }
+    assert!(
+        listed
+            .iter()
+            .filter(|k| k.starts_with("json/"))
+            .all(|k| k.ends_with(".jsonl.gz"))
+    );
+    assert!(
+        listed
+            .iter()
+            .filter(|k| k.starts_with("parquet/"))
+            .all(|k| k.ends_with(".parquet"))
+    );
+
+    for (prefix, format) in [
+        ("json/", crate::s3_harness::RecordFormat::Json),
+        ("parquet/", crate::s3_harness::RecordFormat::Parquet),
+    ] {
+        let records = server.read_records(BUCKET, prefix, format);
+        assert_eq!(records.len(), 60, "{prefix}: {records:?}");
+        for (key, record) in &records {
+            // JSON lines carry headers in an object; Parquet rows a column per header.
+            let (headers, body) = match record.get("headers") {
+                Some(headers) => (headers.clone(), record["body"].clone()),
+                None => (record.clone(), record["body"].clone()),
+            };
+            let body = body.as_str().unwrap();
+            let d: usize = body[4..5].parse().unwrap();
+            let day = ["2026-03-01", "2026-03-02", "2026-03-03"][d]
+                .replace('-', if prefix == "json/" { "/" } else { "-" });
+            assert!(key.contains(&day), "{body} is in {key}");
+            let host = headers["host"].as_str().unwrap();
+            if prefix == "json/" {
+                assert!(key.contains(host), "{body} of {host} is in {key}");
+            }
+            let i: i64 = body.rsplit(' ').nth(2).unwrap().parse().unwrap();
+            assert_eq!(
+                headers["timestamp"].as_str().unwrap(),
+                (days[d] + i).to_string()
+            );
+            assert_eq!(
+                headers.get("level").and_then(|l| l.as_str()),
+                (i % 5 == 0).then_some("warn"),
+                "{key}: {record}"
+            );
+        }
+    }
+    drop(agent);
+}
+
+#[test]
+fn s3_a_store_that_is_down_or_refuses_keys_fails_health_and_delivery_resumes_when_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut server) = S3Server::start(dir.path()) else {
+        return;
+    };
+    server.create_bucket(BUCKET);
+    write_log(dir.path(), 1000);
+    // Wrong keys first: the sink names the bucket and the store's refusal.
+    let config = taildir_to_s3(&server, "    roll_interval: 1s\n").replace(
+        "agent:\n",
+        "agent:\n  http: 127.0.0.1:0\n  unhealthy_after: 2s\n",
+    );
+    let wrong = config.replace("${S3_SECRET}", "not-the-secret");
+    let mut agent = start(dir.path(), &wrong, &server);
+    let address = wait_for_http(&agent);
+    wait_until(Duration::from_secs(30), "/health to answer 503", || {
+        crate::harness::http_get(&address, "/health").0 == 503
+    });
+    let health = crate::harness::http_get(&address, "/health").1;
+    assert!(
+        health.contains("archive") && health.contains("s3://logs/"),
+        "{health}"
+    );
+    assert!(server.list_objects(BUCKET).is_empty());
+    agent.signal(Signal::SIGTERM);
+    agent.wait(Duration::from_secs(60));
+
+    // Right keys, then the store goes down: /health fails, nothing is lost, and delivery
+    // resumes by itself when it is back.
+    let mut agent = start(dir.path(), &config, &server);
+    let address = wait_for_http(&agent);
+    wait_until(Duration::from_secs(60), "the first 1000 lines up", || {
+        server.read_lines(BUCKET, "").len() == 1000
+    });
+    server.stop();
+    append_log(dir.path(), 1000, 2000);
+    wait_until(Duration::from_secs(30), "/health to answer 503", || {
+        crate::harness::http_get(&address, "/health").0 == 503
+    });
+    server.restart();
+    wait_until(Duration::from_secs(90), "the next 1000 lines up", || {
+        server.read_lines(BUCKET, "").len() >= 2000
+    });
+    wait_until(Duration::from_secs(30), "/health to answer 200", || {
+        crate::harness::http_get(&address, "/health").0 == 200
+    });
+    let seen = counted(&server.read_lines(BUCKET, ""));
+    assert_eq!(seen.len(), 2000);
+    assert!(seen.values().all(|c| *c == 1), "duplicates: {seen:?}");
+    agent.signal(Signal::SIGTERM);
+    assert!(agent.wait(Duration::from_secs(60)).success());
+}
+
+fn wait_for_http(agent: &Agent) -> String {
+    let mut address = None;
+    wait_until(Duration::from_secs(60), "the agent's HTTP server", || {
+        address = crate::harness::http_address(agent);
+        address.is_some()
+    });
+    address.unwrap()
+}
+
+/// Appends lines `from..to` to `dir/logs/app.log`.
+fn append_log(dir: &Path, from: usize, to: usize) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("logs/app.log"))
+        .unwrap();
+    for i in from..to {
+        writeln!(file, "{i:010} {}", "x".repeat(89)).unwrap();
+    }
+}
+
+#[test]
+fn s3_a_flume_collector_file_with_an_s3a_hdfs_sink_runs_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = S3Server::start(dir.path()) else {
+        return;
+    };
+    server.create_bucket(BUCKET);
+    write_log(dir.path(), 500);
+    let file = crate::harness::repo_root().join("tests/flume-conf/taildir-file-hdfs-s3.conf");
+    let env = server.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut agent = Agent::run_args(
+        dir.path(),
+        &[file.as_os_str(), "--name".as_ref(), "a1".as_ref()],
+        &env,
+    );
+    // Flume's default rolls (1024 bytes, 10 events; the file sets none) finish an object
+    // after every batch of the source (100 lines: a batch is not split across objects).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server.list_objects(BUCKET).len() < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "objects from the Flume file: {:?}\n{}",
+            server.list_objects(BUCKET),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    agent.signal(Signal::SIGTERM);
+    assert!(
+        agent.wait(Duration::from_secs(60)).success(),
+        "{}",
+        agent.log()
+    );
+    let lines = server.read_lines(BUCKET, "flume/");
+    let seen = counted(&lines);
+    assert_eq!(seen.len(), 500, "{}", agent.log());
+    assert!(seen.values().all(|c| *c == 1));
+    let today = jiff_free_today();
+    assert!(
+        lines
+            .iter()
+            .all(|(key, _)| key.starts_with(&format!("flume/{today}/FlumeData.k1."))),
+        "{:?}",
+        lines.first()
+    );
+}
+
+/// Today's date (local time, as the sink's default time zone) as `YYYY-MM-DD`, by `date`.
+fn jiff_free_today() -> String {
+    let out = std::process::Command::new("date")
+        .arg("+%Y-%m-%d")
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}

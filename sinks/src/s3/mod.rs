@@ -183,8 +183,11 @@ impl S3Sink {
                     .with_allow_http(
                         config
                             .endpoint
-                            .as_deref()
-                            .is_some_and(|e| e.starts_with("http://")),
+                            .clone()
+                            .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+                            .or_else(|| std::env::var("AWS_ENDPOINT").ok())
+                            .is_some_and(|e| e.starts_with("http://"))
+                            || std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v == "true"),
                     ),
             )
             .with_retry(RetryConfig {
