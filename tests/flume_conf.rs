@@ -270,7 +270,7 @@ fn a_flume_file_that_cannot_run_is_refused_with_its_lines() {
         );
         assert!(
             stderr.contains(&format!(
-                "{shown}:7: a1.sinks.k1.type: Flume's sink `hdfs` cannot run here"
+                "{shown}:7: a1.sinks.k1.type: `hdfs.path` is missing (Flume requires it too): HDFS is not written"
             )),
             "{command}: {stderr}"
         );

@@ -285,6 +285,7 @@ mod tests {
         let (status, message) = post(&running.url, r#"[{"body":"a"}]"#).await;
         assert_eq!(status, 500);
         assert!(message.contains("disk on fire"), "{message}");
+        ferry_core::install_tls_provider();
         let get = reqwest::get(&running.url).await.unwrap();
         assert_eq!(get.status().as_u16(), 405);
         running.shutdown.trigger();
@@ -301,6 +302,7 @@ mod tests {
             .unwrap()
             .unwrap()
             .unwrap();
+        ferry_core::install_tls_provider();
         assert!(reqwest::get(&running.url).await.is_err());
     }
 }
