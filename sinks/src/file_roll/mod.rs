@@ -60,6 +60,8 @@ use ferry_core::{
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::roll::blocking;
+
 pub use serializer::SerializerKind;
 
 /// Options of the `file_roll` sink.
@@ -402,15 +404,6 @@ fn is_series_and_index(text: &str) -> bool {
                 .chain(index.bytes())
                 .all(|b| b.is_ascii_digit())
     })
-}
-
-/// Runs blocking file work off the async threads.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, SinkError> + Send + 'static,
-) -> Result<T, SinkError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| SinkError::Delivery(format!("file_roll sink: blocking task failed: {e}")))?
 }
 
 #[async_trait]
