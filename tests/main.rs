@@ -9,6 +9,7 @@
 mod harness;
 mod s3;
 mod s3_harness;
+mod s3_sweep;
 
 mod acls;
 mod chain;

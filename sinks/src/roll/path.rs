@@ -353,6 +353,15 @@ impl PathTemplate {
             .all(|piece| matches!(piece, Piece::Literal(_)))
     }
 
+    /// The text before the first escape that depends on the event or the time (all of it when
+    /// the template [is constant](Self::is_constant)): how every rendering starts.
+    pub(crate) fn literal_prefix(&self) -> &str {
+        match self.pieces.first() {
+            Some(Piece::Literal(text)) => text,
+            _ => "",
+        }
+    }
+
     /// Renders the path of one event. `now_ms` is the time of writing in milliseconds since
     /// the epoch, used for the time escapes with `use_local_time`.
     pub(crate) fn render(

@@ -22,10 +22,13 @@
 //! component is marked unreachable with the error (the store's own code, the bucket and the
 //! key). While uploads fail the sink takes no new events: they wait in the channel, and
 //! `/health` reports the sink. A multipart upload the sink started and could not complete is
-//! aborted (at once, or at the next start when the agent stopped first).
+//! aborted (at once, or at the next start when the agent stopped first; one whose id a crash
+//! kept from the progress record is found at the next start by listing the bucket's multipart
+//! uploads, see `sweep`).
 
 mod config;
 mod credentials;
+mod sweep;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -256,6 +259,12 @@ impl Sink for S3Sink {
             return Err(SinkError::Delivery("the s3 sink was started twice".into()));
         };
         let name = ctx.name.clone();
+        let keys = sweep::SinkKeys::new(
+            &settings.path,
+            &settings.file_prefix,
+            &settings.file_suffix,
+            &name,
+        );
         let (roller, progress) = blocking({
             let staging = staging.clone();
             move || {
@@ -295,7 +304,15 @@ impl Sink for S3Sink {
             error: Mutex::new(None),
         });
         uploader.count_waiting();
-        self.task = Some(tokio::spawn(Arc::clone(&uploader).run()));
+        let timeout = self.config.request_timeout;
+        self.task = Some(tokio::spawn({
+            let uploader = Arc::clone(&uploader);
+            async move {
+                // Before the uploader, which records the multipart uploads it starts.
+                sweep::abort_abandoned(&uploader, &keys, timeout).await;
+                uploader.run().await;
+            }
+        }));
         self.uploader = Some(uploader);
         self.roller = Some(roller);
         Ok(())
