@@ -18,7 +18,7 @@
 //! [`REGION`]): PutObject, multipart uploads (create, upload part, complete, abort,
 //! ListMultipartUploads, ListParts), and `If-None-Match: *` on PutObject and
 //! CompleteMultipartUpload (412 PreconditionFailed when the key exists; the smoke test below
-//! checks both).
+//! checks both); a write to a bucket that does not exist fails with NoSuchBucket.
 
 #![allow(clippy::unwrap_used, unreachable_pub)]
 
@@ -126,7 +126,9 @@ impl S3Server {
     /// weed's arguments: every port given, the gRPC ones too (their default is the HTTP
     /// port + 10000, which another test may hold); the Iceberg and Lance catalogs off; one
     /// master without the wait for peers (`-master.peers=none`); small volumes, so that there
-    /// are enough of them for a few buckets (each bucket is a collection of its own volumes).
+    /// are enough of them for a few buckets (each bucket is a collection of its own volumes);
+    /// no bucket made by an upload to it (SeaweedFS's default for an admin identity): as S3
+    /// does, a write to a bucket that does not exist is refused with NoSuchBucket.
     fn args(&self) -> Vec<String> {
         let [
             master,
@@ -159,6 +161,7 @@ impl S3Server {
             format!("-s3.port.grpc={s3_grpc}"),
             "-s3.port.iceberg=0".to_owned(),
             "-s3.port.lance=0".to_owned(),
+            "-s3.autoCreateBucket=false".to_owned(),
             format!("-s3.config={}", self.identities.display()),
         ]
     }
@@ -932,6 +935,12 @@ def complete_new(key):
     s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload["UploadId"],
                                  MultipartUpload={"Parts": parts}, IfNoneMatch="*")
 complete_new("multi/e")
+# As S3: no bucket made by a write to it.
+try:
+    s3.put_object(Bucket="no-such-bucket", Key="k", Body=b"x")
+    sys.exit("a write to a bucket that does not exist made it")
+except botocore.exceptions.ClientError as e:
+    assert e.response["Error"]["Code"] == "NoSuchBucket", e.response
 for attempt in [lambda: complete_new("multi/e"),
                 lambda: s3.put_object(Bucket=bucket, Key="logs/a.txt.gz", Body=b"x",
                                       IfNoneMatch="*")]:
