@@ -8,9 +8,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use serde_json::Value;
 
-use crate::harness::{Agent, Lcg, crash_seed, wait_until};
-use crate::s3_harness::S3Server;
+use crate::harness::{Agent, Lcg, crash_seed, http_get, wait_until};
+use crate::s3_harness::{Fault, FaultProxy, S3Server};
 
 const BUCKET: &str = "logs";
 
@@ -27,6 +28,11 @@ fn write_log(dir: &Path, lines: usize) {
 
 /// taildir → file channel → s3, with `sink_options` added to the sink.
 fn taildir_to_s3(server: &S3Server, sink_options: &str) -> String {
+    taildir_to_s3_at(&server.endpoint, sink_options)
+}
+
+/// Like [`taildir_to_s3`], the sink reaching the store at `endpoint` (a [`FaultProxy`]'s).
+fn taildir_to_s3_at(endpoint: &str, sink_options: &str) -> String {
     format!(
         "\
 agent:
@@ -51,8 +57,16 @@ sinks:
     endpoint: {endpoint}
     access_key_id: ${{S3_KEY}}
     secret_access_key: ${{S3_SECRET}}
-{sink_options}",
-        endpoint = server.endpoint
+{sink_options}"
+    )
+}
+
+/// `config` with the agent's HTTP server on a free port and `/health` failing a component
+/// after 2 s without a success.
+fn watched(config: &str) -> String {
+    config.replace(
+        "agent:\n",
+        "agent:\n  http: 127.0.0.1:0\n  unhealthy_after: 2s\n",
     )
 }
 
@@ -325,10 +339,7 @@ fn s3_a_store_that_is_down_or_refuses_keys_fails_health_and_delivery_resumes_whe
     server.create_bucket(BUCKET);
     write_log(dir.path(), 1000);
     // Wrong keys first: the sink names the bucket and the store's refusal.
-    let config = taildir_to_s3(&server, "    roll_interval: 1s\n").replace(
-        "agent:\n",
-        "agent:\n  http: 127.0.0.1:0\n  unhealthy_after: 2s\n",
-    );
+    let config = watched(&taildir_to_s3(&server, "    roll_interval: 1s\n"));
     let wrong = config.replace("${S3_SECRET}", "not-the-secret");
     let mut agent = start(dir.path(), &wrong, &server);
     let address = wait_for_http(&agent);
@@ -363,9 +374,7 @@ fn s3_a_store_that_is_down_or_refuses_keys_fails_health_and_delivery_resumes_whe
     wait_until(Duration::from_secs(30), "/health to answer 200", || {
         crate::harness::http_get(&address, "/health").0 == 200
     });
-    let seen = counted(&server.read_lines(BUCKET, ""));
-    assert_eq!(seen.len(), 2000);
-    assert!(seen.values().all(|c| *c == 1), "duplicates: {seen:?}");
+    assert_each_line_once(&server, 2000, &agent);
     agent.signal(Signal::SIGTERM);
     assert!(agent.wait(Duration::from_secs(60)).success());
 }
@@ -446,4 +455,142 @@ fn jiff_free_today() -> String {
         .output()
         .unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Waits until `/health` fails sink `archive` with an error holding `needle`; that error.
+fn wait_for_failure(agent: &Agent, address: &str, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let error = sink_failure(address);
+        if let Some(error) = error.as_ref().filter(|e| e.contains(needle)) {
+            return error.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/health did not fail sink `archive` with `{needle}` within 30 s; its last error: {error:?}; log:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The error `/health` fails sink `archive` with, if it does.
+fn sink_failure(address: &str) -> Option<String> {
+    let (status, body) = http_get(address, "/health");
+    if status != 503 {
+        return None;
+    }
+    let health: Value = serde_json::from_str(&body).unwrap();
+    health["failing"]
+        .as_array()?
+        .iter()
+        .find(|f| f["component"] == "SINK.archive")
+        .map(|f| f["error"].as_str().unwrap().to_owned())
+}
+
+/// One component of `/metrics.json` (Flume's layout: `SINK.archive`, ...).
+fn flume_metrics(address: &str, component: &str) -> Value {
+    let (status, body) = http_get(address, "/metrics.json");
+    assert_eq!(status, 200, "{body}");
+    let all: Value = serde_json::from_str(&body).unwrap();
+    all[component].clone()
+}
+
+/// A figure of `/metrics.json` as the number its string says.
+fn flume_figure(metrics: &Value, key: &str) -> u64 {
+    metrics[key]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {metrics}"))
+}
+
+/// Checks that the lines `0..total` are in the bucket, each exactly once.
+fn assert_each_line_once(server: &S3Server, total: u64, agent: &Agent) {
+    let seen = counted(&server.read_lines(BUCKET, ""));
+    let missing: Vec<u64> = (0..total).filter(|n| !seen.contains_key(n)).collect();
+    let twice: Vec<(&u64, &usize)> = seen.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(
+        missing.is_empty() && twice.is_empty() && seen.len() as u64 == total,
+        "{} lines missing (first {:?}), {} more than once (e.g. {:?}); log:\n{}",
+        missing.len(),
+        missing.first(),
+        twice.len(),
+        twice.first(),
+        agent.log()
+    );
+}
+
+/// The store answers 503 SlowDown, then 500 InternalError, to every request (a fault proxy
+/// between the sink and it): `/health` fails naming the sink, the bucket, the key and the
+/// store's code; the uploads are retried further and further apart; new events wait in the
+/// channel; when the store answers again, delivery resumes by itself, every line once.
+#[test]
+fn s3_slow_down_and_internal_errors_fail_health_and_delivery_resumes_with_backoff_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = S3Server::start(dir.path()) else {
+        return;
+    };
+    server.create_bucket(BUCKET);
+    let proxy = FaultProxy::start(&server);
+    write_log(dir.path(), 1000);
+    let config = watched(&taildir_to_s3_at(
+        &proxy.endpoint,
+        "    roll_interval: 1s\n",
+    ));
+    let mut agent = start(dir.path(), &config, &server);
+    let address = wait_for_http(&agent);
+    wait_until(Duration::from_secs(60), "the first 1000 lines up", || {
+        server.read_lines(BUCKET, "").len() == 1000
+    });
+
+    proxy.set(Fault::Status(503));
+    append_log(dir.path(), 1000, 2000);
+    let error = wait_for_failure(&agent, &address, "SlowDown");
+    assert!(
+        error.contains("sink `archive`") && error.contains("s3://logs/archive."),
+        "the error names neither the sink nor the bucket and key: {error}"
+    );
+    // The sink takes nothing more while its uploads fail: new lines wait in the channel.
+    append_log(dir.path(), 2000, 3000);
+    wait_until(
+        Duration::from_secs(30),
+        "lines waiting in the channel",
+        || flume_figure(&flume_metrics(&address, "CHANNEL.durable"), "ChannelSize") > 0,
+    );
+
+    proxy.set(Fault::Status(500));
+    let error = wait_for_failure(&agent, &address, "InternalError");
+    assert!(error.contains("s3://logs/archive."), "{error}");
+    assert_eq!(server.read_lines(BUCKET, "").len(), 1000);
+    let refused = proxy.requests(Fault::Status(503)) + proxy.requests(Fault::Status(500));
+
+    proxy.set(Fault::Pass);
+    wait_until(Duration::from_secs(60), "all 3000 lines up", || {
+        server.read_lines(BUCKET, "").len() >= 3000
+    });
+    wait_until(Duration::from_secs(30), "/health to answer 200", || {
+        http_get(&address, "/health").0 == 200
+    });
+    assert_each_line_once(&server, 3000, &agent);
+
+    // Backoff: each failed upload waits longer than the one before before it is tried again.
+    let log = agent.log();
+    // (An error may span lines: the store's XML answer is in it.)
+    let waits: Vec<&str> = log
+        .split("upload failed")
+        .skip(1)
+        .filter_map(|failure| failure.split("retry_in=").nth(1))
+        .filter_map(|w| w.split_whitespace().next())
+        .collect();
+    let seconds: Vec<u64> = waits
+        .iter()
+        .map(|w| w.trim_end_matches('s').parse().unwrap())
+        .collect();
+    assert!(
+        seconds.len() >= 2 && seconds.windows(2).all(|w| w[1] == (w[0] * 2).min(30)),
+        "the waits between failed uploads: {waits:?}; log:\n{log}"
+    );
+    println!("{refused} requests refused, waits {waits:?}");
+    agent.signal(Signal::SIGTERM);
+    assert!(agent.wait(Duration::from_secs(60)).success());
 }
