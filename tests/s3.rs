@@ -10,7 +10,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::harness::{Agent, Lcg, crash_seed, http_get, wait_until};
+use crate::harness::{Agent, Lcg, Tmpfs, crash_seed, http_get, wait_until};
 use crate::s3_harness::{Fault, FaultProxy, S3Server};
 
 const BUCKET: &str = "logs";
@@ -591,6 +591,83 @@ fn s3_slow_down_and_internal_errors_fail_health_and_delivery_resumes_with_backof
         "the waits between failed uploads: {waits:?}; log:\n{log}"
     );
     println!("{refused} requests refused, waits {waits:?}");
+    agent.signal(Signal::SIGTERM);
+    assert!(agent.wait(Duration::from_secs(60)).success());
+}
+
+/// Writes `path` until its file system is full.
+fn fill(path: &Path) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 64 << 10];
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+            Err(e) => panic!("filling {}: {e}", path.display()),
+        }
+    }
+    let _ = file.sync_all();
+}
+
+/// The sink's staging directory on a small file system of its own, which another file fills:
+/// writing the staging file fails, `/health` fails the sink naming the file, the events wait
+/// in the channel and nothing goes up; the space freed, delivery resumes by itself, every line
+/// once.
+#[test]
+fn s3_a_full_staging_disk_fails_health_naming_the_file_and_delivery_resumes_once_space_is_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = S3Server::start(dir.path()) else {
+        return;
+    };
+    server.create_bucket(BUCKET);
+    let disk = Tmpfs::mount(2);
+    let staging = disk.path.join("staging");
+    write_log(dir.path(), 1000);
+    let config = watched(&taildir_to_s3(
+        &server,
+        &format!(
+            "    roll_interval: 1s\n    staging_directory: {}\n",
+            staging.display()
+        ),
+    ));
+    let mut agent = start(dir.path(), &config, &server);
+    let address = wait_for_http(&agent);
+    wait_until(Duration::from_secs(60), "the first 1000 lines up", || {
+        server.read_lines(BUCKET, "").len() == 1000
+    });
+
+    let filler = disk.path.join("filler");
+    fill(&filler);
+    append_log(dir.path(), 1000, 2000);
+    let error = wait_for_failure(&agent, &address, "No space left on device");
+    println!("/health: {error}");
+    assert!(
+        error.contains(&staging.display().to_string()),
+        "the error does not name the staging file: {error}"
+    );
+    let log = agent.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("sink=archive") && l.contains("No space left on device")),
+        "no error of the sink's in the log:\n{log}"
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "lines waiting in the channel",
+        || flume_figure(&flume_metrics(&address, "CHANNEL.durable"), "ChannelSize") > 0,
+    );
+    assert_eq!(server.read_lines(BUCKET, "").len(), 1000);
+
+    std::fs::remove_file(&filler).unwrap();
+    wait_until(Duration::from_secs(60), "all 2000 lines up", || {
+        server.read_lines(BUCKET, "").len() >= 2000
+    });
+    wait_until(Duration::from_secs(30), "/health to answer 200", || {
+        http_get(&address, "/health").0 == 200
+    });
+    assert_each_line_once(&server, 2000, &agent);
     agent.signal(Signal::SIGTERM);
     assert!(agent.wait(Duration::from_secs(60)).success());
 }
