@@ -1,68 +1,58 @@
-//! `file_roll`: Flume's `RollingFileSink`. Writes events to files in a directory, starting a
-//! new file every `roll_interval` and, optionally, whenever a file reaches `roll_size`.
+//! `file_roll`: Flume's `RollingFileSink`, with what Flume's HDFS sink adds (path escapes,
+//! rolling by size, count, age and idleness, formats, compression). It writes through the
+//! same rolling writer as the `s3` sink ([`crate::roll`]): the same options give the same
+//! files, here in a directory, there in a bucket.
 //!
 //! # Files
 //!
 //! | file | what |
 //! |------|------|
-//! | `<prefix><series>-<index><suffix>.tmp` | the file being written: never read it |
-//! | `<prefix><series>-<index><suffix>` | a finished file: complete, never written again |
+//! | `<sink>.<id>.stage.tmp` (and `.parquet.tmp`) | a file being written: never read it |
+//! | `<path>/<prefix><sink>.<first>-<last><suffix>` | a finished file: complete, never written again |
 //!
-//! `<series>` is the time the sink started, in milliseconds since the Unix epoch, and
-//! `<index>` counts the files of that run from `0000000001`; both have a fixed width, so
-//! sorting the names sorts the files in the order they were written (across restarts too,
-//! as long as the clock does not go back).
+//! `<first>` and `<last>` are the channel sequence numbers of the file's first and last
+//! events (20 digits), so sorting a sink's names sorts its files in write order and a file
+//! written again after a crash has the same name and the same bytes. With a channel that
+//! does not number events, the name holds the time the file was opened (milliseconds since
+//! the epoch, 13 digits) and a counter (10 digits).
 //!
 //! # Invariants
 //!
 //! - `deliver` returns `Ok` only after the whole batch is written and, with `sync` (the
-//!   default), on disk (`fdatasync`), so a crash after that loses nothing.
+//!   default), on disk (`fdatasync`), and recorded in the state store.
 //! - A batch is never split across files; a file exceeds `roll_size` only when one batch
 //!   alone is larger.
 //! - A failed write is cut back off the file, so the retried batch is not written twice.
-//! - A file is finished by an atomic rename (followed by a sync of the directory).
+//! - A file is finished by an atomic rename into place (followed by a sync of its
+//!   directory), so a reader never sees a partial file under a final name.
 //!
 //! # Exactly-once
 //!
-//! With the agent's state store, after every batch is on disk the sink records its
-//! **progress** there: the file being written, its committed length and the channel sequence
-//! numbers of the batch (`first..=last`). Only then does `deliver` return, and only then does
-//! the runner commit the take. A crash can therefore leave two kinds of surplus, and the next
-//! start removes both:
-//!
-//! - bytes written after the last recorded length (the batch was not acknowledged, so the
-//!   channel still holds it): the recorded file is cut back to its committed length, and
-//!   `.tmp` files other than the recorded one are deleted (they hold only such bytes);
-//! - a batch recorded but whose take was not committed (the channel gives it again): events
-//!   whose sequence numbers fall in the recorded range are skipped.
-//!
-//! Events from a durable channel (which numbers them) are thus written exactly once. With a
-//! memory channel the cut-back still prevents duplicates of unacknowledged events; without a
-//! state store (unit tests) the sink renames left-over `.tmp` files and is at-least-once.
-//! - Time rolls are checked before each batch and when the runner reports the sink idle, so
-//!   a quiet pipeline still finishes its file; no empty files are created.
+//! As the `s3` sink (see [`crate::roll`]): the progress record lists the files being
+//! written with their committed lengths, the finished files with their final names, and
+//! the sequence numbers of the last batch. A start cuts surplus bytes off, removes files no
+//! record names, skips a recorded batch the channel gives again, and moves finished files
+//! into place (a finished file already in place was moved before the crash). With a memory
+//! channel the cut-back still prevents duplicates of unacknowledged events.
 
-mod serializer;
+mod legacy;
 #[cfg(test)]
 mod tests;
 
-use std::fs::{File, OpenOptions};
-use std::io::Write as _;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use ferry_core::config::ByteSize;
-use ferry_core::state::StateStore;
 use ferry_core::{
-    ComponentConfig, ConfigError, Event, Sink, SinkBatch, SinkContext, SinkError, async_trait,
+    ComponentConfig, ConfigError, Sink, SinkBatch, SinkContext, SinkError, async_trait,
 };
-use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
+use serde::Deserialize;
 
-use crate::roll::blocking;
-
-pub use serializer::SerializerKind;
+use crate::roll::{
+    Compression, Format, RollOptions, RollSettings, Roller, SharedProgress, Staging, blocking,
+};
 
 /// Options of the `file_roll` sink.
 #[derive(Debug, Clone, Deserialize)]
@@ -70,33 +60,67 @@ pub use serializer::SerializerKind;
 pub struct FileRollConfig {
     /// Directory for the files; created if missing. Required. Flume: `sink.directory`.
     pub directory: PathBuf,
-    /// Start a new file when the current one is this old; `0` never rolls by time.
-    /// Default `30s`. Flume: `sink.rollInterval` (30 seconds).
+    /// Subdirectory of `directory` for the files, with Flume's escapes (`%Y/%m/%d`,
+    /// `%{host}`, ...). Default: `directory` itself. (Flume's HDFS sink: `hdfs.path`.)
+    #[serde(default)]
+    pub path: String,
+    /// Start of every file name (escapes allowed). Default empty.
+    /// Flume: `sink.pathManager.prefix`, `hdfs.filePrefix`.
+    #[serde(default, alias = "file_prefix")]
+    pub prefix: String,
+    /// End of every file name, e.g. `.log`. Default: the format's and compression's (empty
+    /// for `text`, `.gz`, `.jsonl`, `.parquet`, ...). Flume: `sink.pathManager.extension`
+    /// (Flume adds the dot; here write it), `hdfs.fileSuffix`.
+    #[serde(default, alias = "file_suffix")]
+    pub suffix: Option<String>,
+    /// How events are written: `text` (the body), `header_and_text` (headers as
+    /// `{k=v, ...}`, a space, the body), `json` (a JSON object per line with `headers` and
+    /// `body`) or `parquet` (a column per header). Default `text`. Also accepted as
+    /// `serializer`. Flume: `sink.serializer` (`TEXT`, `HEADER_AND_TEXT`).
+    #[serde(default, alias = "serializer")]
+    pub format: Format,
+    /// `none`, `gzip` or `zstd`. Default `none`. Flume's HDFS sink: `hdfs.codeC`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// Write a newline after each event (`text`, `header_and_text`). Default `true`.
+    /// Flume: `sink.serializer.appendNewline`.
+    #[serde(default = "default_true")]
+    pub append_newline: bool,
+    /// Finish a file this long after its first event; `0` never. Default `30s`.
+    /// Flume: `sink.rollInterval` (30 seconds).
     #[serde(
         default = "default_roll_interval",
         with = "ferry_core::config::duration"
     )]
     pub roll_interval: Duration,
-    /// Start a new file when the current one would grow past this size, e.g. `64MiB`.
-    /// Default: no size limit. (No Flume counterpart.)
+    /// Finish a file when it would grow past this size (before compression), e.g. `64MiB`.
+    /// Default: no size limit. Flume's HDFS sink: `hdfs.rollSize`.
     #[serde(default)]
     pub roll_size: Option<ByteSize>,
-    /// Start of every file name. Default empty. Flume: `sink.pathManager.prefix`.
+    /// Finish a file when it holds this many events; `0` never. Default `0`.
+    /// Flume's HDFS sink: `hdfs.rollCount`.
     #[serde(default)]
-    pub prefix: String,
-    /// End of every file name, e.g. `.log`. Default empty. Flume: `sink.pathManager.extension`
-    /// (Flume adds the dot; here write it).
+    pub roll_count: u64,
+    /// Finish a file when no event was added to it for this long; `0` never. Default `0`.
+    /// Flume's HDFS sink: `hdfs.idleTimeout`.
+    #[serde(default, with = "ferry_core::config::duration")]
+    pub idle_timeout: Duration,
+    /// At most this many files open at once (one per distinct path); the least recently
+    /// written is finished to open another. Default `100`. Flume: `hdfs.maxOpenFiles`.
+    #[serde(default = "default_max_open_files")]
+    pub max_open_files: usize,
+    /// Time escapes use the time the sink writes the event rather than its `timestamp`
+    /// header. Default `false`. Flume: `hdfs.useLocalTimeStamp`.
     #[serde(default)]
-    pub suffix: String,
-    /// How events are written: `text` (the body) or `header_and_text` (headers as
-    /// `{k=v, ...}`, a space, the body). Default `text`. Flume: `sink.serializer`
-    /// (`TEXT`, `HEADER_AND_TEXT`).
+    pub use_local_time: bool,
+    /// Round times down to a multiple of this (`10m`, `1h`) before the escapes use them.
+    /// Flume: `hdfs.round`, `hdfs.roundValue`, `hdfs.roundUnit`.
+    #[serde(default, with = "ferry_core::config::duration::option")]
+    pub round: Option<Duration>,
+    /// The time zone of the escapes, an IANA name. Default: the system's.
+    /// Flume: `hdfs.timeZone`.
     #[serde(default)]
-    pub serializer: SerializerKind,
-    /// Write a newline after each event. Default `true`.
-    /// Flume: `sink.serializer.appendNewline`.
-    #[serde(default = "default_true")]
-    pub append_newline: bool,
+    pub time_zone: Option<String>,
     /// Flush each batch to disk (`fdatasync`) before acknowledging it. Default `true`.
     /// (No Flume counterpart: Flume only flushes to the operating system.)
     #[serde(default = "default_true")]
@@ -107,6 +131,10 @@ fn default_roll_interval() -> Duration {
     Duration::from_secs(30)
 }
 
+fn default_max_open_files() -> usize {
+    100
+}
+
 fn default_true() -> bool {
     true
 }
@@ -115,41 +143,17 @@ fn default_true() -> bool {
 #[derive(Debug)]
 pub struct FileRollSink {
     config: FileRollConfig,
-    /// Milliseconds since the epoch when the sink started: the first part of file names.
-    series: u128,
-    /// Number of the last file opened in this series.
-    index: u64,
-    current: Option<OpenFile>,
-    /// Serialized batch, reused between batches.
-    buffer: Vec<u8>,
-    /// Where progress is recorded, and under which name (set by `start`).
-    progress: Option<(StateStore, String)>,
-    /// Sequence numbers of the last batch recorded as written: redelivered events in this
-    /// range are skipped.
-    delivered: Option<(u64, u64)>,
+    settings: Option<RollSettings>,
+    running: Option<Running>,
 }
 
-/// What the sink records after each batch (JSON in the state store).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Progress {
-    /// Final name of the file being written.
-    file: String,
-    /// Its committed length in bytes.
-    length: u64,
-    /// Channel sequence numbers of the last batch written, if the channel numbers events.
-    delivered: Option<(u64, u64)>,
-}
-
+/// What a started sink holds.
 #[derive(Debug)]
-struct OpenFile {
-    file: Arc<File>,
-    temporary: PathBuf,
-    finished: PathBuf,
-    size: u64,
-    opened: Instant,
+struct Running {
+    roller: Roller,
+    progress: Arc<SharedProgress>,
+    staging: Staging,
 }
-
-const TEMPORARY_SUFFIX: &str = ".tmp";
 
 impl FileRollSink {
     /// Validates the options.
@@ -161,289 +165,193 @@ impl FileRollSink {
         if config.roll_size == Some(ByteSize(0)) {
             return Err(cfg.error_at("roll_size", "`roll_size` must be above 0"));
         }
-        for (key, value) in [("prefix", &config.prefix), ("suffix", &config.suffix)] {
-            if value.contains(['/', '\\']) {
-                return Err(cfg.error_at(key, format!("`{key}` must not contain a path separator")));
-            }
+        if config.path.starts_with('/') || config.path.split('/').any(|part| part == "..") {
+            return Err(cfg.error_at(
+                "path",
+                "`path` is a subdirectory of `directory`: it must not start with `/` or go up with `..`",
+            ));
         }
+        if config.prefix.contains(['/', '\\']) {
+            return Err(cfg.error_at(
+                "prefix",
+                "`prefix` must not contain a path separator: write directories in `path`",
+            ));
+        }
+        let settings = RollSettings::new(
+            cfg,
+            RollOptions {
+                path: ("path", &config.path),
+                file_prefix: ("prefix", &config.prefix),
+                file_suffix: ("suffix", config.suffix.as_deref()),
+                format: config.format,
+                compression: config.compression,
+                append_newline: config.append_newline,
+                roll_size: config.roll_size.map_or(0, ByteSize::bytes),
+                roll_count: config.roll_count,
+                roll_interval: config.roll_interval,
+                idle_timeout: config.idle_timeout,
+                max_open_files: config.max_open_files,
+                use_local_time: config.use_local_time,
+                round: config.round,
+                time_zone: config.time_zone.as_deref(),
+            },
+        )?;
         Ok(Self {
             config,
-            series: 0,
-            index: 0,
-            current: None,
-            buffer: Vec::new(),
-            progress: None,
-            delivered: None,
+            settings: Some(settings),
+            running: None,
         })
     }
 
-    /// Records that the current file holds `length` committed bytes, the last batch being
-    /// `delivered`.
-    async fn record_progress(&self, delivered: Option<(u64, u64)>) -> Result<(), SinkError> {
-        let (Some((store, name)), Some(current)) = (&self.progress, &self.current) else {
+    /// Moves the finished files into place.
+    async fn publish(&self) -> Result<(), SinkError> {
+        let Some(running) = &self.running else {
             return Ok(());
         };
-        let file = current
-            .finished
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let record = Progress {
-            file,
-            length: current.size,
-            delivered,
-        };
-        let bytes = serde_json::to_vec(&record)
-            .map_err(|e| SinkError::Delivery(format!("encoding progress: {e}")))?;
-        let (store, name) = (store.clone(), name.clone());
-        blocking(move || {
-            store
-                .save_progress(&name, &bytes)
-                .map_err(|e| SinkError::Delivery(format!("recording progress: {e}")))
-        })
-        .await
-    }
-
-    fn file_name(&self, index: u64) -> String {
-        let FileRollConfig { prefix, suffix, .. } = &self.config;
-        format!("{prefix}{:013}-{index:010}{suffix}", self.series)
-    }
-
-    fn roll_due_by_time(&self) -> bool {
-        let interval = self.config.roll_interval;
-        match &self.current {
-            Some(current) => !interval.is_zero() && current.opened.elapsed() >= interval,
-            None => false,
-        }
-    }
-
-    async fn open(&mut self) -> Result<(), SinkError> {
-        self.index += 1;
-        let name = self.file_name(self.index);
-        let finished = self.config.directory.join(&name);
-        let temporary = self
-            .config
-            .directory
-            .join(format!("{name}{TEMPORARY_SUFFIX}"));
-        let path = temporary.clone();
-        let file = blocking(move || {
-            OpenOptions::new()
-                .create_new(true)
-                .append(true)
-                .open(&path)
-                .map_err(|e| SinkError::io(format!("creating {}", path.display()), e))
-        })
-        .await?;
-        tracing::debug!(file = %temporary.display(), "file_roll sink opened a file");
-        self.current = Some(OpenFile {
-            file: Arc::new(file),
-            temporary,
-            finished,
-            size: 0,
-            opened: Instant::now(),
-        });
-        Ok(())
-    }
-
-    /// Finishes the current file: renames it to its final name.
-    async fn roll(&mut self) -> Result<(), SinkError> {
-        let Some(current) = self.current.take() else {
+        if !running.progress.has_finished() {
             return Ok(());
-        };
-        let (temporary, finished) = (current.temporary.clone(), current.finished.clone());
-        let directory = self.config.directory.clone();
-        let sync = self.config.sync;
-        let result = blocking(move || finish(&temporary, &finished, &directory, sync)).await;
-        match result {
-            Ok(()) => {
-                tracing::debug!(file = %current.finished.display(), "file_roll sink finished a file");
-                Ok(())
-            }
-            Err(error) => {
-                // Keep writing to it; the next roll tries again.
-                self.current = Some(current);
-                Err(error)
-            }
         }
-    }
-
-    /// Appends the serialized batch to the current file, on disk once this returns `Ok`.
-    async fn write_buffer(&mut self) -> Result<(), SinkError> {
-        let Some(current) = &mut self.current else {
-            return Err(SinkError::Delivery("file_roll sink: no open file".into()));
-        };
-        let file = Arc::clone(&current.file);
-        let path = current.temporary.clone();
-        let before = current.size;
-        let sync = self.config.sync;
-        let buffer = std::mem::take(&mut self.buffer);
-        let (buffer, result) = blocking(move || {
-            let result = append(&file, &buffer, before, sync)
-                .map_err(|e| SinkError::io(format!("writing {}", path.display()), e));
-            Ok((buffer, result))
-        })
-        .await?;
-        current.size += buffer.len() as u64;
-        self.buffer = buffer;
-        if result.is_err() {
-            current.size = before;
-        }
-        result
+        let (progress, staging) = (Arc::clone(&running.progress), running.staging.clone());
+        let (directory, format, compression, sync) = (
+            self.config.directory.clone(),
+            self.config.format,
+            self.config.compression,
+            self.config.sync,
+        );
+        blocking(move || publish(&progress, &staging, &directory, format, compression, sync)).await
     }
 }
 
-/// Writes `data` at the end of `file` (of `before` bytes) and syncs it; on failure cuts the
-/// file back to `before` bytes so a retry does not leave a partial copy behind.
-fn append(mut file: &File, data: &[u8], before: u64, sync: bool) -> std::io::Result<()> {
-    let written = file
-        .write_all(data)
-        .and_then(|()| if sync { file.sync_data() } else { Ok(()) });
-    if written.is_err() {
-        let _ = file.set_len(before);
-    }
-    written
-}
-
-/// Renames a finished file into place and makes the rename durable.
-fn finish(
-    temporary: &Path,
-    finished: &Path,
+/// Moves every finished file to its final name and drops it from the record. A file whose
+/// final name exists was moved before a crash. Blocking.
+fn publish(
+    progress: &SharedProgress,
+    staging: &Staging,
     directory: &Path,
+    format: Format,
+    compression: Compression,
     sync: bool,
 ) -> Result<(), SinkError> {
-    std::fs::rename(temporary, finished).map_err(|e| {
+    for record in progress.get().finished {
+        let target = directory.join(&record.key);
+        if !target.exists() {
+            let file = staging.finished_file(&record, format, compression)?;
+            let parent = target.parent().unwrap_or(directory);
+            make_directories(directory, parent, sync)?;
+            rename_durably(&file, &target, parent, sync)?;
+            tracing::debug!(file = %target.display(), "file_roll sink finished a file");
+        }
+        staging.remove(record.id);
+        progress.update(|p| p.finished.retain(|f| f.id != record.id))?;
+    }
+    Ok(())
+}
+
+/// Creates `parent` (inside `directory`) if missing; with `sync` the new directories'
+/// entries are made durable.
+fn make_directories(directory: &Path, parent: &Path, sync: bool) -> Result<(), SinkError> {
+    if parent.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(parent)
+        .map_err(|e| SinkError::io(format!("creating directory {}", parent.display()), e))?;
+    if sync {
+        let mut dir = parent;
+        while let Some(up) = dir.parent() {
+            sync_directory(up)?;
+            if up == directory {
+                break;
+            }
+            dir = up;
+        }
+    }
+    Ok(())
+}
+
+fn sync_directory(directory: &Path) -> Result<(), SinkError> {
+    File::open(directory)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| SinkError::io(format!("syncing directory {}", directory.display()), e))
+}
+
+/// Renames `from` to `to` (both in `directory`'s file system) and makes the rename durable.
+fn rename_durably(from: &Path, to: &Path, directory: &Path, sync: bool) -> Result<(), SinkError> {
+    std::fs::rename(from, to).map_err(|e| {
         SinkError::io(
-            format!("renaming {} to {}", temporary.display(), finished.display()),
+            format!("renaming {} to {}", from.display(), to.display()),
             e,
         )
     })?;
     if sync {
-        File::open(directory)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| SinkError::io(format!("syncing directory {}", directory.display()), e))?;
+        sync_directory(directory)?;
     }
     Ok(())
-}
-
-/// Cleans up after a crashed run: the recorded file is cut back to its committed length and
-/// finished; other `.tmp` files hold only unacknowledged bytes and are deleted. Without a
-/// progress record every `.tmp` file is finished as it is (at-least-once).
-fn recover(
-    directory: &Path,
-    prefix: &str,
-    suffix: &str,
-    progress: Option<&Progress>,
-) -> Result<usize, SinkError> {
-    let context = || format!("listing {}", directory.display());
-    let mut recovered = 0;
-    for entry in std::fs::read_dir(directory).map_err(|e| SinkError::io(context(), e))? {
-        let entry = entry.map_err(|e| SinkError::io(context(), e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some(final_name) = name.strip_suffix(TEMPORARY_SUFFIX) else {
-            continue;
-        };
-        let ours = final_name
-            .strip_prefix(prefix)
-            .and_then(|rest| rest.strip_suffix(suffix))
-            .is_some_and(is_series_and_index);
-        if !ours {
-            continue;
-        }
-        let finished = directory.join(final_name);
-        if finished.exists() {
-            tracing::warn!(file = %entry.path().display(), "left-over file has a finished twin; leaving it alone");
-            continue;
-        }
-        match progress {
-            Some(progress) if progress.file == final_name => {
-                cut_back(&entry.path(), progress.length)?;
-            }
-            Some(_) => {
-                std::fs::remove_file(entry.path()).map_err(|e| {
-                    SinkError::io(format!("removing {}", entry.path().display()), e)
-                })?;
-                tracing::info!(file = %entry.path().display(), "removed a file holding only unacknowledged events");
-                continue;
-            }
-            None => {}
-        }
-        finish(&entry.path(), &finished, directory, true)?;
-        recovered += 1;
-    }
-    Ok(recovered)
-}
-
-/// Cuts `path` back to `length` bytes (what was committed), durably.
-fn cut_back(path: &Path, length: u64) -> Result<(), SinkError> {
-    let context = || format!("cutting {} back to {length} bytes", path.display());
-    let file = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(|e| SinkError::io(context(), e))?;
-    let actual = file
-        .metadata()
-        .map_err(|e| SinkError::io(context(), e))?
-        .len();
-    if actual > length {
-        file.set_len(length)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| SinkError::io(context(), e))?;
-        tracing::info!(file = %path.display(), removed = actual - length, "cut unacknowledged bytes off the end of a file");
-    }
-    Ok(())
-}
-
-/// Whether `text` is `<13 digits>-<10 digits>`, the middle of the names this sink writes.
-fn is_series_and_index(text: &str) -> bool {
-    text.split_once('-').is_some_and(|(series, index)| {
-        series.len() == 13
-            && index.len() == 10
-            && series
-                .bytes()
-                .chain(index.bytes())
-                .all(|b| b.is_ascii_digit())
-    })
 }
 
 #[async_trait]
 impl Sink for FileRollSink {
     async fn start(&mut self, ctx: &SinkContext) -> Result<(), SinkError> {
-        self.series = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or_default();
-        let FileRollConfig {
-            directory,
-            prefix,
-            suffix,
-            ..
-        } = self.config.clone();
-        self.progress = ctx.state.clone().map(|store| (store, ctx.name.clone()));
-        let recorded = match &self.progress {
-            Some((store, name)) => {
-                let (store, name) = (store.clone(), name.clone());
-                let raw = blocking(move || {
-                    store
-                        .load_progress(&name)
-                        .map_err(|e| SinkError::Delivery(format!("loading progress: {e}")))
-                })
-                .await?;
-                match raw {
-                    Some(raw) => Some(serde_json::from_slice::<Progress>(&raw).map_err(|e| {
-                        SinkError::Delivery(format!("progress record is damaged: {e}"))
-                    })?),
-                    None => None,
-                }
-            }
-            None => None,
+        let Some(store) = ctx.state.clone() else {
+            return Err(SinkError::Delivery(
+                "the file_roll sink keeps its progress in the agent's state store, and there is none"
+                    .into(),
+            ));
         };
-        self.delivered = recorded.as_ref().and_then(|p| p.delivered);
-        let recovered = blocking(move || {
-            std::fs::create_dir_all(&directory).map_err(|e| {
+        let Some(settings) = self.settings.take() else {
+            return Err(SinkError::Delivery(
+                "the file_roll sink was started twice".into(),
+            ));
+        };
+        let config = self.config.clone();
+        let name = ctx.name.clone();
+        let staging = Staging::beside(config.directory.clone(), &name, config.sync);
+        let (running, recovered) = blocking(move || {
+            let directory = &config.directory;
+            std::fs::create_dir_all(directory).map_err(|e| {
                 SinkError::io(format!("creating directory {}", directory.display()), e)
             })?;
-            recover(&directory, &prefix, &suffix, recorded.as_ref())
+            // Files of the version before the shared writer: finish them, once.
+            let raw = store
+                .load_progress(&name)
+                .map_err(|e| SinkError::Delivery(format!("loading progress: {e}")))?;
+            let earlier = raw
+                .as_deref()
+                .and_then(|raw| serde_json::from_slice::<legacy::Progress>(raw).ok());
+            let mut recovered = 0;
+            if raw.is_none() || earlier.is_some() {
+                let suffix = config.suffix.as_deref().unwrap_or_default();
+                recovered = legacy::recover(directory, &config.prefix, suffix, earlier.as_ref())?;
+            }
+            if let Some(earlier) = earlier {
+                let record = crate::roll::Progress {
+                    delivered: earlier.delivered,
+                    ..Default::default()
+                };
+                let bytes = serde_json::to_vec(&record)
+                    .map_err(|e| SinkError::Delivery(format!("encoding progress: {e}")))?;
+                store
+                    .save_progress(&name, &bytes)
+                    .map_err(|e| SinkError::Delivery(format!("recording progress: {e}")))?;
+            }
+            let progress = Arc::new(SharedProgress::load(store, &name)?);
+            recovered += progress.get().finished.len();
+            publish(
+                &progress,
+                &staging,
+                directory,
+                config.format,
+                config.compression,
+                config.sync,
+            )?;
+            let roller = Roller::recover(settings, &name, staging.clone(), Arc::clone(&progress))?;
+            Ok((
+                Running {
+                    roller,
+                    progress,
+                    staging,
+                },
+                recovered,
+            ))
         })
         .await?;
         if recovered > 0 {
@@ -453,83 +361,36 @@ impl Sink for FileRollSink {
                 "finished files left in progress by an earlier run"
             );
         }
+        self.running = Some(running);
         Ok(())
     }
 
     async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+        let Some(running) = &mut self.running else {
+            return Err(SinkError::Delivery(
+                "the file_roll sink is not started".into(),
+            ));
+        };
         if batch.events.is_empty() {
             return Ok(());
         }
-        if self.roll_due_by_time() {
-            self.roll().await?;
-        }
-        // Skip what an earlier run recorded as written but could not commit.
-        let skip = |i: usize| match (batch.sequences, self.delivered) {
-            (Some(seqs), Some((first, last))) => {
-                seqs.get(i).is_some_and(|s| (first..=last).contains(s))
-            }
-            _ => false,
-        };
-        let fresh: Vec<&Event> = (0..batch.events.len())
-            .filter(|i| !skip(*i))
-            .map(|i| &batch.events[i])
-            .collect();
-        if fresh.is_empty() {
-            return Ok(());
-        }
-        let delivered = batch
-            .sequences
-            .and_then(|seqs| Some((*seqs.first()?, *seqs.last()?)));
-        self.buffer.clear();
-        serializer::write_batch(
-            &mut self.buffer,
-            fresh,
-            self.config.serializer,
-            self.config.append_newline,
-        );
-        let limit = self.config.roll_size.map_or(u64::MAX, ByteSize::bytes);
-        let size = self.current.as_ref().map_or(0, |current| current.size);
-        if size > 0 && size.saturating_add(self.buffer.len() as u64) > limit {
-            self.roll().await?;
-        }
-        if self.current.is_none() {
-            self.open().await?;
-        }
-        let before = self.current.as_ref().map_or(0, |current| current.size);
-        self.write_buffer().await?;
-        if let Err(error) = self.record_progress(delivered).await {
-            // Not recorded, so not acknowledged: take the bytes back off so that the retry
-            // does not write them twice.
-            if let Some(current) = &mut self.current {
-                let (file, path) = (Arc::clone(&current.file), current.temporary.clone());
-                current.size = before;
-                blocking(move || {
-                    file.set_len(before)
-                        .map_err(|e| SinkError::io(format!("truncating {}", path.display()), e))
-                })
-                .await?;
-            }
-            return Err(error);
-        }
-        self.delivered = delivered;
-        if self
-            .current
-            .as_ref()
-            .is_some_and(|current| current.size >= limit)
-        {
-            self.roll().await?;
-        }
-        Ok(())
+        running.roller.write(batch.events, batch.sequences).await?;
+        self.publish().await
     }
 
     async fn idle(&mut self) -> Result<(), SinkError> {
-        if self.roll_due_by_time() {
-            self.roll().await?;
-        }
-        Ok(())
+        let Some(running) = &mut self.running else {
+            return Ok(());
+        };
+        running.roller.roll_due().await?;
+        self.publish().await
     }
 
     async fn stop(&mut self) -> Result<(), SinkError> {
-        self.roll().await
+        let Some(running) = &mut self.running else {
+            return Ok(());
+        };
+        running.roller.roll_all().await?;
+        self.publish().await
     }
 }

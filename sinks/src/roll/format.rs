@@ -75,15 +75,17 @@ const ZSTD_LEVEL: i32 = 3;
 /// For `Format::Parquet` writes the staging encoding, uncompressed `json` lines whatever
 /// `compression`, which [`super::parquet::staging_to_parquet`] turns into the Parquet file at
 /// roll. An empty batch appends nothing. On error `out` is left as it was.
+///
+/// Returns the chunk's size before compression: what `roll_size` counts.
 pub(crate) fn encode_chunk(
     out: &mut Vec<u8>,
     events: &[&Event],
     format: Format,
     compression: Compression,
     append_newline: bool,
-) -> io::Result<()> {
+) -> io::Result<u64> {
     if events.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let compression = match format {
         Format::Parquet => Compression::None,
@@ -91,13 +93,16 @@ pub(crate) fn encode_chunk(
     };
     let start = out.len();
     let encoded = match compression {
-        Compression::None => encode_plain(out, events, format, append_newline),
+        Compression::None => {
+            encode_plain(out, events, format, append_newline).map(|()| (out.len() - start) as u64)
+        }
         Compression::Gzip | Compression::Zstd => {
             // One buffer per batch: the compressor then sees the batch in one call rather than
             // a few small writes per event.
             let mut plain = Vec::with_capacity(plain_size_hint(events, format));
             encode_plain(&mut plain, events, format, append_newline)
                 .and_then(|()| compress(out, &plain, compression))
+                .map(|()| plain.len() as u64)
         }
     };
     if encoded.is_err() {
@@ -317,28 +322,33 @@ mod tests {
         for format in FORMATS {
             for compression in COMPRESSIONS {
                 let mut out = Vec::new();
-                encode_chunk(
+                let plain_sizes = encode_chunk(
                     &mut out,
                     &first.iter().collect::<Vec<_>>(),
                     format,
                     compression,
                     true,
                 )
-                .unwrap();
-                encode_chunk(
-                    &mut out,
-                    &second.iter().collect::<Vec<_>>(),
-                    format,
-                    compression,
-                    true,
-                )
-                .unwrap();
+                .unwrap()
+                    + encode_chunk(
+                        &mut out,
+                        &second.iter().collect::<Vec<_>>(),
+                        format,
+                        compression,
+                        true,
+                    )
+                    .unwrap();
                 let stored = if format == Format::Parquet {
                     Compression::None
                 } else {
                     compression
                 };
                 let plain = decompress(&out, stored).unwrap();
+                assert_eq!(
+                    plain_sizes,
+                    plain.len() as u64,
+                    "the size before compression, {format:?} {compression:?}"
+                );
                 assert_eq!(
                     String::from_utf8(plain).unwrap(),
                     expected_plain(format),

@@ -1,13 +1,15 @@
-//! The rolling writer of the `s3` sink: events go into local staging files, one per path
-//! (Flume's escapes, rendered per event), and a staging file becomes an object when it rolls
-//! (by size, count, age or idleness).
+//! The rolling writer of the `s3` and `file_roll` sinks: events go into staging files, one
+//! per path (Flume's escapes, rendered per event), and a staging file is finished when it
+//! rolls (by size, count, age or idleness), then published: uploaded as an object (`s3`) or
+//! renamed into place (`file_roll`).
 //!
 //! # Staging files
 //!
-//! `<staging>/<id>.stage` holds the events of one future object, in the object's format
-//! (for Parquet, JSON lines that become the Parquet file at roll: `<id>.parquet`). Each batch
-//! is appended as a self-contained chunk (a gzip member, a zstd frame), written to disk
-//! (`fdatasync`), and only then recorded.
+//! [`Staging`] names them: `<staging>/<id>.stage` in the `s3` sink's own directory,
+//! `<directory>/<sink>.<id>.stage.tmp` beside `file_roll`'s finished files. One holds the
+//! events of one future object or file, in its format (for Parquet, JSON lines that become
+//! the Parquet file at roll). Each batch is appended as a self-contained chunk (a gzip
+//! member, a zstd frame), written to disk (`fdatasync`), and only then recorded.
 //!
 //! # Progress
 //!
@@ -15,8 +17,8 @@
 //! staging files are open and their committed lengths, which are finished and under which
 //! key they go up, and the channel sequence numbers of the last batch written. It is saved
 //! after every batch, before the runner commits the batch's take, and whenever a file
-//! finishes or an object is uploaded. A crash leaves two kinds of surplus, and the next start
-//! removes both, as `file_roll` does:
+//! finishes or is published. A crash leaves two kinds of surplus, and the next start removes
+//! both:
 //!
 //! - bytes written after a file's recorded length, or files not recorded at all (their batch
 //!   was not acknowledged, so the channel still holds it): cut off, deleted;
@@ -24,7 +26,7 @@
 //!   whose sequence numbers fall in the recorded range are skipped.
 //!
 //! A finished file's key is fixed when it finishes and recorded with it, and the file is not
-//! written again: an upload repeated after a crash writes the same bytes under the same key.
+//! written again: publishing it again after a crash writes the same bytes under the same key.
 
 mod format;
 mod parquet;
@@ -38,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferry_core::state::StateStore;
-use ferry_core::{Event, SinkError};
+use ferry_core::{ComponentConfig, ConfigError, Event, SinkError};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -68,6 +70,75 @@ pub(crate) struct RollSettings {
     pub(crate) idle_timeout: Duration,
     pub(crate) max_open_files: usize,
     pub(crate) time: TimeOptions,
+}
+
+/// The options every rolling sink has, as written in its configuration.
+#[derive(Debug)]
+pub(crate) struct RollOptions<'a> {
+    /// `(option name, template)` of the directory part.
+    pub(crate) path: (&'static str, &'a str),
+    /// `(option name, template)` of the start of file names.
+    pub(crate) file_prefix: (&'static str, &'a str),
+    /// `(option name, suffix)`; `None`: the format's usual one.
+    pub(crate) file_suffix: (&'static str, Option<&'a str>),
+    pub(crate) format: Format,
+    pub(crate) compression: Compression,
+    pub(crate) append_newline: bool,
+    pub(crate) roll_size: u64,
+    pub(crate) roll_count: u64,
+    pub(crate) roll_interval: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_open_files: usize,
+    pub(crate) use_local_time: bool,
+    pub(crate) round: Option<Duration>,
+    pub(crate) time_zone: Option<&'a str>,
+}
+
+impl RollSettings {
+    /// Checks the options, naming the one that is wrong.
+    pub(crate) fn new(
+        cfg: &ComponentConfig,
+        options: RollOptions<'_>,
+    ) -> Result<Self, ConfigError> {
+        let template = |(key, text): (&str, &str)| {
+            PathTemplate::parse(text).map_err(|e| cfg.error_at(key, format!("`{key}`: {e}")))
+        };
+        let path = template(options.path)?;
+        let file_prefix = template(options.file_prefix)?;
+        let (suffix_key, suffix) = options.file_suffix;
+        let file_suffix = suffix
+            .unwrap_or_else(|| default_suffix(options.format, options.compression))
+            .to_owned();
+        if file_suffix.contains('/') {
+            return Err(cfg.error_at(suffix_key, format!("`{suffix_key}` must not contain `/`")));
+        }
+        let time_zone = TimeOptions::parse_time_zone(options.time_zone)
+            .map_err(|e| cfg.error_at("time_zone", e))?;
+        if options.round.is_some_and(|round| round.is_zero()) {
+            return Err(cfg.error_at("round", "`round` must be above 0 (or left out)"));
+        }
+        if options.max_open_files == 0 {
+            return Err(cfg.error_at("max_open_files", "`max_open_files` must be above 0"));
+        }
+        Ok(Self {
+            path,
+            file_prefix,
+            file_suffix,
+            format: options.format,
+            compression: options.compression,
+            append_newline: options.append_newline,
+            roll_size: options.roll_size,
+            roll_count: options.roll_count,
+            roll_interval: options.roll_interval,
+            idle_timeout: options.idle_timeout,
+            max_open_files: options.max_open_files,
+            time: TimeOptions {
+                use_local_time: options.use_local_time,
+                round: options.round,
+                time_zone,
+            },
+        })
+    }
 }
 
 /// The sink's progress record (JSON in the state store).
@@ -144,6 +215,11 @@ impl SharedProgress {
         })
     }
 
+    /// Whether finished files wait to be published.
+    pub(crate) fn has_finished(&self) -> bool {
+        !self.lock().finished.is_empty()
+    }
+
     /// A copy of the record.
     pub(crate) fn get(&self) -> Progress {
         self.lock().clone()
@@ -180,6 +256,34 @@ struct Bucket {
     touched: Instant,
 }
 
+/// One batch's events for one place, encoded.
+#[derive(Debug)]
+struct Chunk {
+    place: String,
+    bytes: Vec<u8>,
+    /// Size before compression.
+    plain: u64,
+    events: u64,
+    /// Smallest and largest sequence numbers, if the channel numbers events.
+    range: Option<(u64, u64)>,
+}
+
+/// Writes each chunk at the end of its file, then syncs them all (with `sync`). Blocking.
+fn write_and_sync(jobs: &[(Arc<File>, PathBuf, Vec<u8>)], sync: bool) -> Result<(), SinkError> {
+    for (file, path, bytes) in jobs {
+        (&**file)
+            .write_all(bytes)
+            .map_err(|e| SinkError::io(format!("writing {}", path.display()), e))?;
+    }
+    if sync {
+        for (file, path, _) in jobs {
+            file.sync_data()
+                .map_err(|e| SinkError::io(format!("syncing {}", path.display()), e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes events into staging files and finishes them; finished files are handed on through
 /// the progress record (see [`SharedProgress`]).
 #[derive(Debug)]
@@ -187,26 +291,153 @@ pub(crate) struct Roller {
     settings: RollSettings,
     /// The sink's name: part of every object's name.
     sink: String,
-    staging: PathBuf,
+    staging: Staging,
     progress: Arc<SharedProgress>,
     /// Open staging files by place.
     buckets: HashMap<String, Bucket>,
-    /// Encoded chunk, reused between batches.
-    buffer: Vec<u8>,
+    /// Buffers for encoded chunks, reused between batches.
+    spare: Vec<Vec<u8>>,
     /// Sequence numbers of the last batch recorded.
     delivered: Option<(u64, u64)>,
     /// Where every event goes, when the templates have no per-event escapes.
     constant_place: Option<String>,
 }
 
-/// The path of staging file `id`.
-pub(crate) fn stage_path(staging: &Path, id: u64) -> PathBuf {
-    staging.join(format!("{id:020}.stage"))
+/// Where the writer keeps files while it writes them, and how it names them:
+/// `<directory>/<stem><id>.stage<tail>`, and for Parquet `<stem><id>.parquet<tail>` (the
+/// conversion, made at roll) and `<stem><id>.parquet-new<tail>` (a conversion in progress).
+/// Recovery touches only names of this shape.
+#[derive(Debug, Clone)]
+pub(crate) struct Staging {
+    pub(crate) directory: PathBuf,
+    stem: String,
+    tail: &'static str,
+    /// Write batches to disk (`fdatasync`) before recording them.
+    sync: bool,
 }
 
-/// The path of staging file `id` made into Parquet.
-pub(crate) fn parquet_path(staging: &Path, id: u64) -> PathBuf {
-    staging.join(format!("{id:020}.parquet"))
+/// What a staging file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Staged {
+    Stage,
+    Parquet,
+    ParquetNew,
+}
+
+const STAGED_KINDS: [(Staged, &str); 3] = [
+    (Staged::Stage, ".stage"),
+    (Staged::Parquet, ".parquet"),
+    (Staged::ParquetNew, ".parquet-new"),
+];
+
+impl Staging {
+    /// A directory of the sink's own (`s3`): `<id>.stage`.
+    pub(crate) fn private(directory: PathBuf) -> Self {
+        Self {
+            directory,
+            stem: String::new(),
+            tail: "",
+            sync: true,
+        }
+    }
+
+    /// The directory the finished files go to (`file_roll`): `<sink>.<id>.stage.tmp`, ending
+    /// in `.tmp` as files being written do, on the same file system, so a file finishes by a
+    /// rename.
+    pub(crate) fn beside(directory: PathBuf, sink: &str, sync: bool) -> Self {
+        let sink: String = sink
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Self {
+            directory,
+            stem: format!("{sink}."),
+            tail: ".tmp",
+            sync,
+        }
+    }
+
+    fn path(&self, id: u64, kind: Staged) -> PathBuf {
+        let extension = STAGED_KINDS
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map_or("", |(_, e)| *e);
+        self.directory
+            .join(format!("{}{id:020}{extension}{}", self.stem, self.tail))
+    }
+
+    /// The staging file `id`.
+    pub(crate) fn stage(&self, id: u64) -> PathBuf {
+        self.path(id, Staged::Stage)
+    }
+
+    /// The staging file `id` made into Parquet.
+    pub(crate) fn parquet(&self, id: u64) -> PathBuf {
+        self.path(id, Staged::Parquet)
+    }
+
+    /// The id and kind of a name of this shape.
+    fn parse(&self, name: &str) -> Option<(u64, Staged)> {
+        let rest = name.strip_prefix(&self.stem)?.strip_suffix(self.tail)?;
+        let (id, extension) = rest.split_at_checked(20)?;
+        if !id.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let kind = STAGED_KINDS
+            .iter()
+            .find(|(_, e)| *e == extension)
+            .map(|(k, _)| *k)?;
+        Some((id.parse().ok()?, kind))
+    }
+
+    /// The file to publish for a finished staging file: the staging file itself, or its
+    /// Parquet conversion (made once, atomically). Blocking.
+    pub(crate) fn finished_file(
+        &self,
+        record: &FinishedRecord,
+        format: Format,
+        compression: Compression,
+    ) -> Result<PathBuf, SinkError> {
+        let stage = self.stage(record.id);
+        if format != Format::Parquet {
+            return Ok(stage);
+        }
+        let target = self.parquet(record.id);
+        if target.exists() {
+            return Ok(target);
+        }
+        let temporary = self.path(record.id, Staged::ParquetNew);
+        parquet::staging_to_parquet(&stage, &temporary, compression)
+            .map_err(|e| SinkError::io(format!("making {} into Parquet", stage.display()), e))?;
+        std::fs::rename(&temporary, &target)
+            .map_err(|e| SinkError::io(format!("renaming {}", temporary.display()), e))?;
+        Ok(target)
+    }
+
+    /// Removes a finished file's staging files once published. Blocking.
+    pub(crate) fn remove(&self, id: u64) {
+        for path in [self.stage(id), self.parquet(id)] {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "could not remove a published staging file")
+                }
+            }
+        }
+    }
+}
+
+impl From<PathBuf> for Staging {
+    fn from(directory: PathBuf) -> Self {
+        Self::private(directory)
+    }
 }
 
 fn now_ms() -> u64 {
@@ -222,31 +453,29 @@ impl Roller {
     pub(crate) fn recover(
         settings: RollSettings,
         sink: &str,
-        staging: PathBuf,
+        staging: impl Into<Staging>,
         progress: Arc<SharedProgress>,
     ) -> Result<Self, SinkError> {
-        std::fs::create_dir_all(&staging).map_err(|e| {
+        let staging: Staging = staging.into();
+        let directory = &staging.directory;
+        std::fs::create_dir_all(directory).map_err(|e| {
             SinkError::io(
-                format!("creating the staging directory {}", staging.display()),
+                format!("creating the staging directory {}", directory.display()),
                 e,
             )
         })?;
         let record = progress.get();
-        let listing = || format!("listing {}", staging.display());
-        for entry in std::fs::read_dir(&staging).map_err(|e| SinkError::io(listing(), e))? {
+        let listing = || format!("listing {}", directory.display());
+        for entry in std::fs::read_dir(directory).map_err(|e| SinkError::io(listing(), e))? {
             let entry = entry.map_err(|e| SinkError::io(listing(), e))?;
             let name = entry.file_name();
-            let name = name.to_string_lossy();
-            let id = name
-                .split_once('.')
-                .and_then(|(id, _)| id.parse::<u64>().ok());
-            let known = id.is_some_and(|id| {
-                let open = record.open.iter().any(|o| o.id == id) && name.ends_with(".stage");
-                let finished = record.finished.iter().any(|f| f.id == id)
-                    && (name.ends_with(".stage") || name.ends_with(".parquet"));
-                open || finished
-            });
-            if !known {
+            let Some((id, kind)) = name.to_str().and_then(|name| staging.parse(name)) else {
+                continue;
+            };
+            let open = kind == Staged::Stage && record.open.iter().any(|o| o.id == id);
+            let finished = matches!(kind, Staged::Stage | Staged::Parquet)
+                && record.finished.iter().any(|f| f.id == id);
+            if !(open || finished) {
                 std::fs::remove_file(entry.path()).map_err(|e| {
                     SinkError::io(format!("removing {}", entry.path().display()), e)
                 })?;
@@ -257,7 +486,7 @@ impl Roller {
         let wall = now_ms();
         let mut buckets = HashMap::new();
         for open in &record.open {
-            let path = stage_path(&staging, open.id);
+            let path = staging.stage(open.id);
             let file = reopen(&path, open.length)?;
             let age = Duration::from_millis(wall.saturating_sub(open.opened_ms));
             buckets.insert(
@@ -271,12 +500,12 @@ impl Roller {
             );
         }
         for finished in &record.finished {
-            if !stage_path(&staging, finished.id).exists() {
+            if !staging.stage(finished.id).exists() {
                 return Err(SinkError::Delivery(format!(
-                    "staging file {} of object `{}` is missing from {}: it was recorded as written",
+                    "staging file {} of `{}` is missing from {}: it was recorded as written",
                     finished.id,
                     finished.key,
-                    staging.display()
+                    staging.directory.display()
                 )));
             }
         }
@@ -286,7 +515,7 @@ impl Roller {
             staging,
             progress,
             buckets,
-            buffer: Vec::new(),
+            spare: Vec::new(),
             delivered: record.delivered,
             constant_place: None,
         };
@@ -336,15 +565,14 @@ impl Roller {
             _ => false,
         };
         // Where each fresh event goes, in batch order.
-        let reads_time = self.settings.path.uses_time() || self.settings.file_prefix.uses_time();
-        let now = if reads_time { now_ms() as i64 } else { 0 };
+        let now = now_ms();
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
         let mut last_place: Option<usize> = None;
         for (i, event) in events.iter().enumerate() {
             if skip(i) {
                 continue;
             }
-            let place = self.place(event, now)?;
+            let place = self.place(event, now as i64)?;
             let group = match last_place {
                 Some(g) if groups[g].0 == place => g,
                 _ => match groups.iter().position(|(p, _)| *p == place) {
@@ -358,36 +586,83 @@ impl Roller {
             groups[group].1.push(i);
             last_place = Some(group);
         }
-        let delivered = sequences.and_then(|seqs| Some((*seqs.first()?, *seqs.last()?)));
         if groups.is_empty() {
             return Ok(());
         }
-        // Roll what this batch would take past its size, and make room for new places.
-        let limit = self.settings.roll_size;
-        let mut to_finish = Vec::new();
-        for (place, indexes) in &groups {
-            if let Some(bucket) = self.buckets.get(place) {
-                let raw: u64 = indexes.iter().map(|&i| events[i].byte_size() as u64).sum();
-                let count = indexes.len() as u64;
-                let over_size = limit > 0 && bucket.record.raw + raw > limit;
-                let over_count = self.settings.roll_count > 0
-                    && bucket.record.events + count > self.settings.roll_count;
-                if bucket.record.events > 0 && (over_size || over_count) {
-                    to_finish.push(place.clone());
+        let delivered = sequences.and_then(|seqs| Some((*seqs.first()?, *seqs.last()?)));
+        // Each group's chunk, encoded first: its size decides the rolls.
+        let mut chunks = Vec::with_capacity(groups.len());
+        for (place, indexes) in groups {
+            let chosen: Vec<&Event> = indexes.iter().map(|&i| &events[i]).collect();
+            let mut bytes = self.spare.pop().unwrap_or_default();
+            bytes.clear();
+            let plain = match format::encode_chunk(
+                &mut bytes,
+                &chosen,
+                self.settings.format,
+                self.settings.compression,
+                self.settings.append_newline,
+            ) {
+                Ok(plain) => plain,
+                Err(e) => {
+                    return Err(SinkError::Delivery(format!(
+                        "sink `{}`: encoding a batch: {e}",
+                        self.sink
+                    )));
                 }
-            }
+            };
+            let range = sequences.and_then(|seqs| {
+                let mut numbers = indexes.iter().filter_map(|&i| seqs.get(i).copied());
+                let first = numbers.next()?;
+                Some(numbers.fold((first, first), |(lo, hi), s| (lo.min(s), hi.max(s))))
+            });
+            chunks.push(Chunk {
+                place,
+                bytes,
+                plain,
+                events: indexes.len() as u64,
+                range,
+            });
         }
-        self.finish(to_finish).await?;
-        let new_places = groups
+        let result = self.write_chunks(&mut chunks, delivered, now).await;
+        // Keep one buffer for the next batch: a batch is usually one group.
+        if let Some(chunk) = chunks.into_iter().max_by_key(|c| c.bytes.capacity()) {
+            self.spare = vec![chunk.bytes];
+        }
+        result
+    }
+
+    async fn write_chunks(
+        &mut self,
+        chunks: &mut [Chunk],
+        delivered: Option<(u64, u64)>,
+        now_ms: u64,
+    ) -> Result<(), SinkError> {
+        // Roll what this batch would take past the limits, and make room for new places.
+        let (size_limit, count_limit) = (self.settings.roll_size, self.settings.roll_count);
+        let to_finish: Vec<String> = chunks
             .iter()
-            .filter(|(place, _)| !self.buckets.contains_key(place))
+            .filter(|chunk| {
+                self.buckets.get(&chunk.place).is_some_and(|bucket| {
+                    let record = &bucket.record;
+                    record.events > 0
+                        && ((size_limit > 0 && record.raw + chunk.plain > size_limit)
+                            || (count_limit > 0 && record.events + chunk.events > count_limit))
+                })
+            })
+            .map(|chunk| chunk.place.clone())
+            .collect();
+        self.finish(to_finish).await?;
+        let new_places = chunks
+            .iter()
+            .filter(|chunk| !self.buckets.contains_key(&chunk.place))
             .count();
         let max = self.settings.max_open_files.max(1);
         if self.buckets.len() + new_places > max {
             let mut by_age: Vec<(Instant, String)> = self
                 .buckets
                 .iter()
-                .filter(|(place, _)| !groups.iter().any(|(p, _)| p == *place))
+                .filter(|(place, _)| !chunks.iter().any(|c| c.place == **place))
                 .map(|(place, b)| (b.touched, place.clone()))
                 .collect();
             by_age.sort();
@@ -396,20 +671,12 @@ impl Roller {
             self.finish(oldest).await?;
         }
 
-        // Append each group's chunk to its file.
         let mut written: Vec<(String, u64)> = Vec::new(); // place, length before
         let mut opened: Vec<String> = Vec::new();
-        let result = self
-            .append_groups(
-                events,
-                sequences,
-                &groups,
-                now as u64,
-                &mut written,
-                &mut opened,
-            )
-            .await;
-        let result = match result {
+        let result = match self
+            .append_chunks(chunks, now_ms, &mut written, &mut opened)
+            .await
+        {
             Ok(()) => {
                 // Record lengths and the batch, then it is acknowledged.
                 let open = self.open_records();
@@ -436,8 +703,8 @@ impl Roller {
             .buckets
             .iter()
             .filter(|(_, b)| {
-                (limit > 0 && b.record.raw >= limit)
-                    || (self.settings.roll_count > 0 && b.record.events >= self.settings.roll_count)
+                (size_limit > 0 && b.record.raw >= size_limit)
+                    || (count_limit > 0 && b.record.events >= count_limit)
             })
             .map(|(place, _)| place.clone())
             .collect();
@@ -463,11 +730,11 @@ impl Roller {
         Ok(place)
     }
 
-    async fn append_groups(
+    /// Appends each chunk to its place's file (opening files for new places), all on disk
+    /// once this returns `Ok`.
+    async fn append_chunks(
         &mut self,
-        events: &[Event],
-        sequences: Option<&[u64]>,
-        groups: &[(String, Vec<usize>)],
+        chunks: &mut [Chunk],
         now_ms: u64,
         written: &mut Vec<(String, u64)>,
         opened: &mut Vec<String>,
@@ -476,94 +743,81 @@ impl Roller {
         for bucket in self.buckets.values() {
             next_id = next_id.max(bucket.record.id + 1);
         }
-        let mut files: Vec<Arc<File>> = Vec::new();
-        for (place, indexes) in groups {
-            if !self.buckets.contains_key(place) {
-                let id = next_id;
-                next_id += 1;
-                let path = stage_path(&self.staging, id);
-                let file = blocking({
-                    let path = path.clone();
-                    move || {
-                        OpenOptions::new()
-                            .create_new(true)
-                            .append(true)
-                            .open(&path)
-                            .map_err(|e| SinkError::io(format!("creating {}", path.display()), e))
-                    }
-                })
-                .await?;
-                let now = Instant::now();
-                self.buckets.insert(
-                    place.clone(),
-                    Bucket {
-                        record: OpenRecord {
-                            id,
-                            place: place.clone(),
-                            length: 0,
-                            raw: 0,
-                            events: 0,
-                            first: None,
-                            last: None,
-                            opened_ms: now_ms,
-                        },
-                        file: Arc::new(file),
-                        opened: now,
-                        touched: now,
-                    },
-                );
-                opened.push(place.clone());
-            }
-            let chosen: Vec<&Event> = indexes.iter().map(|&i| &events[i]).collect();
-            self.buffer.clear();
-            format::encode_chunk(
-                &mut self.buffer,
-                &chosen,
-                self.settings.format,
-                self.settings.compression,
-                self.settings.append_newline,
-            )
-            .map_err(|e| SinkError::Delivery(format!("encoding a batch: {e}")))?;
-            let Some(bucket) = self.buckets.get_mut(place) else {
+        for chunk in chunks.iter() {
+            if self.buckets.contains_key(&chunk.place) {
                 continue;
-            };
-            let before = bucket.record.length;
-            written.push((place.clone(), before));
-            let file = Arc::clone(&bucket.file);
-            let path = stage_path(&self.staging, bucket.record.id);
-            let buffer = std::mem::take(&mut self.buffer);
-            let (buffer, result) = blocking(move || {
-                let result = (&*file)
-                    .write_all(&buffer)
-                    .map_err(|e| SinkError::io(format!("writing {}", path.display()), e));
-                Ok((buffer, result))
+            }
+            let id = next_id;
+            next_id += 1;
+            let path = self.staging.stage(id);
+            let file = blocking(move || {
+                OpenOptions::new()
+                    .create_new(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(|e| SinkError::io(format!("creating {}", path.display()), e))
             })
             .await?;
-            bucket.record.length += buffer.len() as u64;
-            self.buffer = buffer;
-            result?;
-            let raw: u64 = chosen.iter().map(|e| e.byte_size() as u64).sum();
-            bucket.record.raw += raw;
-            bucket.record.events += chosen.len() as u64;
-            if let Some(seqs) = sequences {
-                for &i in indexes {
-                    if let Some(&s) = seqs.get(i) {
-                        bucket.record.first = Some(bucket.record.first.map_or(s, |f| f.min(s)));
-                        bucket.record.last = Some(bucket.record.last.map_or(s, |l| l.max(s)));
-                    }
-                }
-            }
-            bucket.touched = Instant::now();
-            files.push(Arc::clone(&bucket.file));
+            let now = Instant::now();
+            self.buckets.insert(
+                chunk.place.clone(),
+                Bucket {
+                    record: OpenRecord {
+                        id,
+                        place: chunk.place.clone(),
+                        length: 0,
+                        raw: 0,
+                        events: 0,
+                        first: None,
+                        last: None,
+                        opened_ms: now_ms,
+                    },
+                    file: Arc::new(file),
+                    opened: now,
+                    touched: now,
+                },
+            );
+            opened.push(chunk.place.clone());
         }
-        blocking(move || {
-            for file in files {
-                file.sync_data()
-                    .map_err(|e| SinkError::io("syncing a staging file", e))?;
-            }
-            Ok(())
+        // Every write and sync of the batch in one blocking task.
+        let mut jobs = Vec::with_capacity(chunks.len());
+        for chunk in chunks.iter_mut() {
+            let Some(bucket) = self.buckets.get(&chunk.place) else {
+                continue;
+            };
+            written.push((chunk.place.clone(), bucket.record.length));
+            jobs.push((
+                Arc::clone(&bucket.file),
+                self.staging.stage(bucket.record.id),
+                std::mem::take(&mut chunk.bytes),
+            ));
+        }
+        let sync = self.staging.sync;
+        let (jobs, result) = blocking(move || {
+            let result = write_and_sync(&jobs, sync);
+            Ok((jobs, result))
         })
-        .await
+        .await?;
+        for (chunk, (_, _, bytes)) in chunks.iter_mut().zip(jobs) {
+            chunk.bytes = bytes;
+        }
+        result?;
+        let touched = Instant::now();
+        for chunk in chunks.iter() {
+            let Some(bucket) = self.buckets.get_mut(&chunk.place) else {
+                continue;
+            };
+            let record = &mut bucket.record;
+            record.length += chunk.bytes.len() as u64;
+            record.raw += chunk.plain;
+            record.events += chunk.events;
+            if let Some((lo, hi)) = chunk.range {
+                record.first = Some(record.first.map_or(lo, |f| f.min(lo)));
+                record.last = Some(record.last.map_or(hi, |l| l.max(hi)));
+            }
+            bucket.touched = touched;
+        }
+        Ok(())
     }
 
     /// Takes a failed batch back off: files cut back, files opened for it removed.
@@ -584,8 +838,7 @@ impl Roller {
         let saved = self.progress.get();
         for place in opened {
             if let Some(bucket) = self.buckets.remove(place) {
-                let path = stage_path(&self.staging, bucket.record.id);
-                let _ = std::fs::remove_file(path);
+                let _ = std::fs::remove_file(self.staging.stage(bucket.record.id));
             }
         }
         for bucket in self.buckets.values_mut() {
@@ -683,41 +936,20 @@ fn reopen(path: &Path, length: u64) -> Result<File, SinkError> {
     Ok(file)
 }
 
-/// Makes the file to upload for a finished staging file: the staging file itself, or its
-/// Parquet conversion (made once, atomically). Blocking.
+/// Makes the file to upload for a finished staging file of a private staging directory: the
+/// staging file itself, or its Parquet conversion (made once, atomically). Blocking.
 pub(crate) fn upload_file(
     staging: &Path,
     record: &FinishedRecord,
     format: Format,
     compression: Compression,
 ) -> Result<PathBuf, SinkError> {
-    let stage = stage_path(staging, record.id);
-    if format != Format::Parquet {
-        return Ok(stage);
-    }
-    let target = parquet_path(staging, record.id);
-    if target.exists() {
-        return Ok(target);
-    }
-    let temporary = staging.join(format!("{:020}.parquet.tmp", record.id));
-    parquet::staging_to_parquet(&stage, &temporary, compression)
-        .map_err(|e| SinkError::io(format!("making {} into Parquet", stage.display()), e))?;
-    std::fs::rename(&temporary, &target)
-        .map_err(|e| SinkError::io(format!("renaming {}", temporary.display()), e))?;
-    Ok(target)
+    Staging::private(staging.to_owned()).finished_file(record, format, compression)
 }
 
 /// Removes a finished file's staging files once uploaded. Blocking.
 pub(crate) fn remove_staged(staging: &Path, id: u64) {
-    for path in [stage_path(staging, id), parquet_path(staging, id)] {
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "could not remove an uploaded staging file")
-            }
-        }
-    }
+    Staging::private(staging.to_owned()).remove(id);
 }
 
 /// Runs blocking file and state-store work off the async threads.

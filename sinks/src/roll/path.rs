@@ -341,6 +341,7 @@ impl PathTemplate {
     }
 
     /// Whether rendering reads the time (any time escape).
+    #[cfg(test)]
     pub(crate) fn uses_time(&self) -> bool {
         self.uses_time
     }

@@ -49,8 +49,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::roll::{
-    self, Compression, FinishedRecord, Format, PathTemplate, RollSettings, Roller, SharedProgress,
-    TimeOptions, blocking,
+    self, Compression, FinishedRecord, Format, RollOptions, RollSettings, Roller, SharedProgress,
+    blocking,
 };
 pub use config::S3Config;
 
@@ -84,24 +84,6 @@ impl S3Sink {
                 "`bucket` is the bucket's name alone; write the rest of the key in `path`",
             ));
         }
-        let path = PathTemplate::parse(&config.path)
-            .map_err(|e| cfg.error_at("path", format!("`path`: {e}")))?;
-        let file_prefix = PathTemplate::parse(&config.file_prefix)
-            .map_err(|e| cfg.error_at("file_prefix", format!("`file_prefix`: {e}")))?;
-        let file_suffix = config
-            .file_suffix
-            .clone()
-            .unwrap_or_else(|| roll::default_suffix(config.format, config.compression).to_owned());
-        if file_suffix.contains('/') {
-            return Err(cfg.error_at("file_suffix", "`file_suffix` must not contain `/`"));
-        }
-        let time_zone = TimeOptions::parse_time_zone(config.time_zone.as_deref())
-            .map_err(|e| cfg.error_at("time_zone", e))?;
-        if let Some(round) = config.round
-            && round.is_zero()
-        {
-            return Err(cfg.error_at("round", "`round` must be above 0 (or left out)"));
-        }
         let part = config.part_size.bytes();
         if !(MIN_PART_SIZE..=MAX_PART_SIZE).contains(&part) {
             return Err(cfg.error_at(
@@ -111,9 +93,6 @@ impl S3Sink {
         }
         if config.parts_in_flight == 0 {
             return Err(cfg.error_at("parts_in_flight", "`parts_in_flight` must be above 0"));
-        }
-        if config.max_open_files == 0 {
-            return Err(cfg.error_at("max_open_files", "`max_open_files` must be above 0"));
         }
         if let Some(endpoint) = &config.endpoint
             && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
@@ -146,24 +125,25 @@ impl S3Sink {
                 "`session_token` goes with `access_key_id` and `secret_access_key`",
             ));
         }
-        let settings = RollSettings {
-            path,
-            file_prefix,
-            file_suffix,
-            format: config.format,
-            compression: config.compression,
-            append_newline: config.append_newline,
-            roll_size: config.roll_size.bytes(),
-            roll_count: config.roll_count,
-            roll_interval: config.roll_interval,
-            idle_timeout: config.idle_timeout,
-            max_open_files: config.max_open_files,
-            time: TimeOptions {
+        let settings = RollSettings::new(
+            cfg,
+            RollOptions {
+                path: ("path", &config.path),
+                file_prefix: ("file_prefix", &config.file_prefix),
+                file_suffix: ("file_suffix", config.file_suffix.as_deref()),
+                format: config.format,
+                compression: config.compression,
+                append_newline: config.append_newline,
+                roll_size: config.roll_size.bytes(),
+                roll_count: config.roll_count,
+                roll_interval: config.roll_interval,
+                idle_timeout: config.idle_timeout,
+                max_open_files: config.max_open_files,
                 use_local_time: config.use_local_time,
                 round: config.round,
-                time_zone,
+                time_zone: config.time_zone.as_deref(),
             },
-        };
+        )?;
         Ok(Self {
             config,
             settings: Some(settings),
