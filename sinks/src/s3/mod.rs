@@ -450,7 +450,9 @@ impl Uploader {
     /// Uploads one finished file and forgets it.
     async fn upload(&self, record: &FinishedRecord) -> Result<(), SinkError> {
         let started = Instant::now();
-        let key = ObjectPath::from(record.key.as_str());
+        // The key is already a store path (see `Roller::key`): parsed, not encoded again.
+        let key = ObjectPath::parse(&record.key)
+            .unwrap_or_else(|_| ObjectPath::from(record.key.as_str()));
         let context = |what: &str, e: &dyn std::fmt::Display| {
             SinkError::Delivery(format!(
                 "sink `{}`: {what} s3://{}/{}: {e}",
