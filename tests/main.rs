@@ -8,6 +8,7 @@
 
 mod harness;
 mod s3;
+mod s3_file_roll;
 mod s3_harness;
 mod s3_sweep;
 
