@@ -215,6 +215,11 @@ impl SharedProgress {
         })
     }
 
+    /// The id the next staging file takes.
+    fn next_id(&self) -> u64 {
+        self.lock().next_id
+    }
+
     /// Whether finished files wait to be published.
     pub(crate) fn has_finished(&self) -> bool {
         !self.lock().finished.is_empty()
@@ -739,7 +744,7 @@ impl Roller {
         written: &mut Vec<(String, u64)>,
         opened: &mut Vec<String>,
     ) -> Result<(), SinkError> {
-        let mut next_id = self.progress.get().next_id;
+        let mut next_id = self.progress.next_id();
         for bucket in self.buckets.values() {
             next_id = next_id.max(bucket.record.id + 1);
         }
