@@ -595,6 +595,235 @@ fn s3_slow_down_and_internal_errors_fail_health_and_delivery_resumes_with_backof
     assert!(agent.wait(Duration::from_secs(60)).success());
 }
 
+/// The samples of sink `archive` in the agent's `/metrics` by sample name, with the type of
+/// every family (`# TYPE`) by family name.
+fn prometheus(address: &str) -> (HashMap<String, f64>, HashMap<String, String>) {
+    let (status, text) = http_get(address, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    let mut samples = HashMap::new();
+    let mut types = HashMap::new();
+    for line in text.lines() {
+        if let Some(declared) = line.strip_prefix("# TYPE ") {
+            let (family, kind) = declared.split_once(' ').unwrap();
+            types.insert(family.to_owned(), kind.to_owned());
+        } else if let Some((sample, rest)) = line.split_once('{')
+            && let Some((labels, value)) = rest.rsplit_once("} ")
+            && labels.split(',').any(|l| l == "name=\"archive\"")
+            && !labels.contains("le=")
+        {
+            samples.insert(sample.to_owned(), value.parse().unwrap());
+        }
+    }
+    (samples, types)
+}
+
+/// The web console as headless Chromium shows it after its script ran (the DOM), by
+/// `tests/console_browser.py`; `None` (after saying why) without Chromium, unless the clients
+/// are required.
+fn console_page(address: &str, dir: &Path, name: &str) -> Option<String> {
+    let chromium = ["chromium", "chromium-browser"].into_iter().find(|c| {
+        std::process::Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok()
+    });
+    assert!(
+        chromium.is_some() || !crate::harness::clients_required(),
+        "chromium is required but not installed"
+    );
+    let Some(chromium) = chromium else {
+        println!("chromium is not installed: the console is not checked");
+        return None;
+    };
+    let browsed = std::process::Command::new(crate::harness::python()?)
+        .arg(crate::harness::repo_root().join("tests/console_browser.py"))
+        .arg(chromium)
+        .arg(format!("http://{address}/"))
+        .arg(dir.join(format!("{name}.png")))
+        .arg("2")
+        .output()
+        .unwrap();
+    assert!(browsed.status.success(), "the browser: {browsed:?}");
+    Some(String::from_utf8_lossy(&browsed.stdout).into_owned())
+}
+
+/// The box of component `name` in the console's page, its markup and its text.
+fn console_box(page: &str, name: &str) -> (String, String) {
+    let at = page
+        .find(&format!("data-name=\"{name}\""))
+        .unwrap_or_else(|| panic!("no component {name} in the console:\n{page}"));
+    let start = page[..at].rfind("<div").unwrap();
+    // Up to the next box, or the end of the pipeline's section.
+    let end = ["<div class=\"box", "</section>"]
+        .iter()
+        .filter_map(|next| page[at..].find(next))
+        .min()
+        .map_or(page.len(), |e| at + e);
+    let markup = page[start..end].to_owned();
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in markup.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => {
+                in_tag = false;
+                text.push(' ');
+            }
+            _ if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    (markup, text)
+}
+
+/// The agent starts before its bucket exists: `/health` fails naming the sink, the bucket
+/// and the key, `/metrics.json` shows the sink's last error and the object waiting, the
+/// console's box of the sink the error; the bucket is created and delivery resumes by itself,
+/// every line once. Then the sink's figures: objects and bytes written, upload latency, parts
+/// in flight and objects waiting in `/metrics` (as counters, a histogram and gauges) and
+/// `/metrics.json`, and the objects written on the sink's box in the console.
+#[test]
+fn s3_a_bucket_made_late_fails_health_naming_it_and_the_sinks_figures_show_in_metrics_and_console()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let Some(server) = S3Server::start(dir.path()) else {
+        return;
+    };
+    write_log(dir.path(), 1000);
+    let config = watched(&taildir_to_s3(&server, "    roll_interval: 1s\n"));
+    let mut agent = start(dir.path(), &config, &server);
+    let address = wait_for_http(&agent);
+    let error = wait_for_failure(&agent, &address, "NoSuchBucket");
+    assert!(
+        error.contains("sink `archive`") && error.contains("s3://logs/archive."),
+        "the error names neither the sink nor the bucket and key: {error}"
+    );
+    let sink = flume_metrics(&address, "SINK.archive");
+    assert!(
+        sink["LastError"].as_str().unwrap().contains("NoSuchBucket"),
+        "{sink}"
+    );
+    assert_eq!(flume_figure(&sink, "ObjectWrittenCount"), 0, "{sink}");
+    assert!(flume_figure(&sink, "ObjectsWaitingCount") >= 1, "{sink}");
+    // What the console and /metrics lack is gathered here and reported together at the end.
+    let mut missing = Vec::new();
+    let failing_page = console_page(&address, dir.path(), "console-failing");
+    if let Some(page) = &failing_page {
+        let (markup, text) = console_box(page, "archive");
+        if !(markup.contains("box failing") && text.contains("NoSuchBucket")) {
+            missing.push(format!(
+                "the console's sink box shows no failure while the bucket is missing: {markup}"
+            ));
+        }
+    }
+
+    server.create_bucket(BUCKET);
+    wait_until(Duration::from_secs(60), "the first 1000 lines up", || {
+        server.read_lines(BUCKET, "").len() == 1000
+    });
+    append_log(dir.path(), 1000, 2000);
+    wait_until(Duration::from_secs(60), "all 2000 lines up", || {
+        server.read_lines(BUCKET, "").len() >= 2000
+    });
+    wait_until(Duration::from_secs(30), "/health to answer 200", || {
+        http_get(&address, "/health").0 == 200
+    });
+    assert_each_line_once(&server, 2000, &agent);
+
+    let objects = server.list_objects(BUCKET);
+    let (count, bytes) = (
+        objects.len() as u64,
+        objects.iter().map(|(_, size)| size).sum::<u64>(),
+    );
+    // Uploads end a moment before the figures are counted.
+    wait_until(Duration::from_secs(10), "the objects counted", || {
+        flume_figure(
+            &flume_metrics(&address, "SINK.archive"),
+            "ObjectWrittenCount",
+        ) == count
+    });
+    let sink = flume_metrics(&address, "SINK.archive");
+    for (key, expected) in [
+        ("ObjectWrittenCount", count),
+        ("ObjectWrittenBytes", bytes),
+        ("PartsInFlight", 0),
+        ("ObjectsWaitingCount", 0),
+        ("ObjectsWaitingBytes", 0),
+    ] {
+        assert_eq!(flume_figure(&sink, key), expected, "{key}: {sink}");
+    }
+    assert_eq!(sink["LastError"], "", "{sink}");
+
+    let (samples, types) = prometheus(&address);
+    let sample = |name: &str| {
+        *samples
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name}{{name=\"archive\"}} in /metrics: {samples:?}"))
+    };
+    assert_eq!(sample("ferry_sink_object_written_total"), count as f64);
+    assert_eq!(
+        sample("ferry_sink_object_written_bytes_total"),
+        bytes as f64
+    );
+    assert_eq!(
+        sample("ferry_sink_upload_latency_seconds_count"),
+        count as f64
+    );
+    assert!(sample("ferry_sink_upload_latency_seconds_sum") > 0.0);
+    for (family, kind) in [
+        ("ferry_sink_object_written", "counter"),
+        ("ferry_sink_object_written_bytes", "counter"),
+        ("ferry_sink_upload_latency_seconds", "histogram"),
+        ("ferry_sink_parts_in_flight", "gauge"),
+        ("ferry_sink_objects_waiting", "gauge"),
+        ("ferry_sink_objects_waiting_bytes", "gauge"),
+    ] {
+        let declared = types.get(family).map(String::as_str);
+        if declared != Some(kind) {
+            missing.push(format!(
+                "/metrics declares {family} as {declared:?}, not as a {kind}"
+            ));
+        }
+    }
+    for gauge in [
+        "ferry_sink_parts_in_flight",
+        "ferry_sink_objects_waiting",
+        "ferry_sink_objects_waiting_bytes",
+    ] {
+        // A gauge's sample has the family's name; a counter's ends in `_total`.
+        let value = samples
+            .get(gauge)
+            .or_else(|| samples.get(&format!("{gauge}_total")));
+        assert_eq!(value, Some(&0.0), "{gauge}: {samples:?}");
+    }
+
+    if failing_page.is_some()
+        && let Some(page) = console_page(&address, dir.path(), "console-delivered")
+    {
+        let (markup, text) = console_box(&page, "archive");
+        // The number of objects written, a few words from the word.
+        let words: Vec<String> = text
+            .split_whitespace()
+            .map(|w| w.to_lowercase().replace(',', ""))
+            .collect();
+        let shown = words.iter().enumerate().any(|(at, word)| {
+            word.contains("object")
+                && words[at.saturating_sub(3)..(at + 4).min(words.len())]
+                    .iter()
+                    .any(|w| w.trim_matches(|c: char| !c.is_ascii_digit()) == count.to_string())
+        });
+        if !shown || markup.contains("box failing") {
+            missing.push(format!(
+                "the console's sink box does not show the {count} objects written (or still fails): {text}"
+            ));
+        }
+    }
+    assert!(missing.is_empty(), "{missing:#?}");
+    agent.signal(Signal::SIGTERM);
+    assert!(agent.wait(Duration::from_secs(60)).success());
+}
+
 /// Writes `path` until its file system is full.
 fn fill(path: &Path) {
     use std::io::Write;
