@@ -387,6 +387,12 @@ fn help(flume: &str) -> &'static str {
         "OldestEventAgeMillis" => {
             "Milliseconds since the oldest event in the channel was put (0 when empty)"
         }
+        "ObjectWrittenCount" => "Objects (or files) the sink finished and uploaded",
+        "ObjectWrittenBytes" => "Bytes of the objects the sink uploaded",
+        "PartsInFlight" => "Multipart upload parts being sent",
+        "ObjectsWaitingCount" => "Finished objects waiting in the staging directory for upload",
+        "ObjectsWaitingBytes" => "Bytes of the finished objects waiting for upload",
+        "UploadLatency" => "Seconds an object's upload took, from its first request to the last",
         "PutLatency" => "Seconds a put took, per batch committed into the channel",
         "TakeToCommitLatency" => {
             "Seconds from a take to its commit, per batch (a sink's delivery and commit)"

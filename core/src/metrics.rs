@@ -39,13 +39,16 @@ impl Counter {
 }
 
 /// Counters whose value goes down as well as up: exposed as gauges, not counters.
-pub const GAUGES: [&str; 6] = [
+pub const GAUGES: [&str; 9] = [
     "ChannelSize",
     "OldestEventAgeMillis",
     "ChannelCapacity",
     "ChannelFillPercentage",
     "OpenConnectionCount",
     "ConsecutiveFailures",
+    "PartsInFlight",
+    "ObjectsWaitingCount",
+    "ObjectsWaitingBytes",
 ];
 
 /// Why a component is failing: its last error, and since when it has failed without a

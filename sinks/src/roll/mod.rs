@@ -629,7 +629,10 @@ impl Roller {
                 range,
             });
         }
-        let result = self.write_chunks(&mut chunks, delivered, now).await;
+        let result = self
+            .write_chunks(&mut chunks, delivered, now)
+            .await
+            .map_err(|error| self.named(error));
         // Keep one buffer for the next batch: a batch is usually one group.
         if let Some(chunk) = chunks.into_iter().max_by_key(|c| c.bytes.capacity()) {
             self.spare = vec![chunk.bytes];
@@ -715,6 +718,21 @@ impl Roller {
             .collect();
         self.finish(full).await?;
         Ok(())
+    }
+
+    /// `error` saying which sink it is of.
+    fn named(&self, error: SinkError) -> SinkError {
+        let sink = &self.sink;
+        match error {
+            SinkError::Io { context, source } => SinkError::Io {
+                context: format!("sink `{sink}`: {context}"),
+                source,
+            },
+            SinkError::Delivery(message) if !message.starts_with("sink `") => {
+                SinkError::Delivery(format!("sink `{sink}`: {message}"))
+            }
+            other => other,
+        }
     }
 
     /// Renders where an event goes.

@@ -429,7 +429,12 @@ impl Uploader {
                     self.metrics.reachable();
                 }
                 Err(error) => {
-                    let message = error.to_string();
+                    // One line: a store's answer may be XML over several.
+                    let message = error
+                        .to_string()
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ");
                     tracing::warn!(sink = self.sink, error = %message, retry_in = ?backoff, "upload failed");
                     self.metrics.unreachable(&message);
                     self.set_error(Some(message));
