@@ -447,3 +447,38 @@ pub fn http_address(agent: &Agent) -> Option<String> {
         .and_then(|l| l.split("address=").nth(1))
         .and_then(|a| a.split_whitespace().next().map(str::to_owned))
 }
+
+/// Debian's headless Chromium, if installed (required with `FERRY_REQUIRE_KCAT=1`).
+pub fn chromium() -> Option<&'static str> {
+    let found = ["chromium", "chromium-browser"].into_iter().find(|c| {
+        std::process::Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok()
+    });
+    assert!(
+        found.is_some() || !clients_required(),
+        "chromium is required but not installed"
+    );
+    found
+}
+
+/// The console's page at `address` as Chromium renders it after `seconds` (its DOM), with a
+/// screenshot at `screenshot`: `None` (after saying why) without Chromium or the test
+/// virtualenv.
+pub fn browse_console(address: &str, screenshot: &Path, seconds: u32) -> Option<String> {
+    let Some(chromium) = chromium() else {
+        println!("chromium is not installed: the console is not checked");
+        return None;
+    };
+    let browsed = std::process::Command::new(python()?)
+        .arg(repo_root().join("tests/console_browser.py"))
+        .arg(chromium)
+        .arg(format!("http://{address}/"))
+        .arg(screenshot)
+        .arg(seconds.to_string())
+        .output()
+        .unwrap();
+    assert!(browsed.status.success(), "the browser: {browsed:?}");
+    Some(String::from_utf8_lossy(&browsed.stdout).into_owned())
+}

@@ -642,17 +642,10 @@ fn number(text: &str, page: &str) -> u64 {
 /// `target/console.png`.
 #[test]
 fn the_web_console_shows_topics_partitions_groups_and_pipeline_rates_in_chromium() {
-    let chromium = ["chromium", "chromium-browser"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok());
-    assert!(
-        chromium.is_some() || !harness::clients_required(),
-        "chromium is required but not installed"
-    );
-    let Some(chromium) = chromium else {
+    if harness::chromium().is_none() {
         eprintln!("chromium not installed: skipping");
         return;
-    };
+    }
     let dir = tempfile::tempdir().unwrap();
     let port = harness::free_port();
     std::fs::create_dir_all(dir.path().join("logs")).unwrap();
@@ -714,18 +707,10 @@ sinks:
     });
     consume_as_readers(port, "console-logs", 20);
 
-    let Some(python) = python() else { return };
     let screenshot = harness::repo_root().join("target/console.png");
-    let browsed = Command::new(python)
-        .arg(harness::repo_root().join("tests/console_browser.py"))
-        .arg(chromium)
-        .arg(format!("http://{address}/"))
-        .arg(&screenshot)
-        .arg("6")
-        .output()
-        .unwrap();
-    assert!(browsed.status.success(), "the browser: {browsed:?}");
-    let dom = String::from_utf8_lossy(&browsed.stdout).into_owned();
+    let Some(dom) = harness::browse_console(&address, &screenshot, 6) else {
+        return;
+    };
     writing.store(false, Ordering::SeqCst);
     writer.join().unwrap();
 

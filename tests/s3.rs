@@ -621,30 +621,7 @@ fn prometheus(address: &str) -> (HashMap<String, f64>, HashMap<String, String>) 
 /// `tests/console_browser.py`; `None` (after saying why) without Chromium, unless the clients
 /// are required.
 fn console_page(address: &str, dir: &Path, name: &str) -> Option<String> {
-    let chromium = ["chromium", "chromium-browser"].into_iter().find(|c| {
-        std::process::Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok()
-    });
-    assert!(
-        chromium.is_some() || !crate::harness::clients_required(),
-        "chromium is required but not installed"
-    );
-    let Some(chromium) = chromium else {
-        println!("chromium is not installed: the console is not checked");
-        return None;
-    };
-    let browsed = std::process::Command::new(crate::harness::python()?)
-        .arg(crate::harness::repo_root().join("tests/console_browser.py"))
-        .arg(chromium)
-        .arg(format!("http://{address}/"))
-        .arg(dir.join(format!("{name}.png")))
-        .arg("2")
-        .output()
-        .unwrap();
-    assert!(browsed.status.success(), "the browser: {browsed:?}");
-    Some(String::from_utf8_lossy(&browsed.stdout).into_owned())
+    crate::harness::browse_console(address, &dir.join(format!("{name}.png")), 2)
 }
 
 /// The box of component `name` in the console's page, its markup and its text.
