@@ -13,10 +13,10 @@ use serde_json::Value;
 use crate::harness::{Agent, Lcg, Tmpfs, crash_seed, http_get, wait_until};
 use crate::s3_harness::{Fault, FaultProxy, S3Server};
 
-const BUCKET: &str = "logs";
+pub(crate) const BUCKET: &str = "logs";
 
 /// `lines` lines of about 100 bytes, numbered, in `dir/logs/app.log`.
-fn write_log(dir: &Path, lines: usize) {
+pub(crate) fn write_log(dir: &Path, lines: usize) {
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
     let mut text = String::with_capacity(lines * 101);
@@ -27,7 +27,7 @@ fn write_log(dir: &Path, lines: usize) {
 }
 
 /// taildir → file channel → s3, with `sink_options` added to the sink.
-fn taildir_to_s3(server: &S3Server, sink_options: &str) -> String {
+pub(crate) fn taildir_to_s3(server: &S3Server, sink_options: &str) -> String {
     taildir_to_s3_at(&server.endpoint, sink_options)
 }
 
@@ -77,7 +77,7 @@ fn keys(server: &S3Server) -> [(&'static str, String); 2] {
     ]
 }
 
-fn start(dir: &Path, config: &str, server: &S3Server) -> Agent {
+pub(crate) fn start(dir: &Path, config: &str, server: &S3Server) -> Agent {
     let env = keys(server);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     Agent::start_with(dir, config, &env)

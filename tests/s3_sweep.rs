@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 use crate::harness::{Agent, python, wait_until};
 use crate::s3_harness::S3Server;
 
-const BUCKET: &str = "logs";
+use crate::s3::{BUCKET, taildir_to_s3, write_log};
 
 /// Keys the sink `archive` with `path: app/%Y` and `file_suffix: .log` could have written:
 /// channel sequence numbers, and the form without them (opened ms, staging id).
@@ -69,54 +69,12 @@ for key in sys.argv[2:]:
         .collect()
 }
 
-/// `lines` numbered lines in `dir/logs/app.log`.
-fn write_log(dir: &Path, lines: usize) {
-    let logs = dir.join("logs");
-    std::fs::create_dir_all(&logs).unwrap();
-    let text: String = (0..lines).map(|i| format!("{i:010} line\n")).collect();
-    std::fs::write(logs.join("app.log"), text).unwrap();
-}
-
-fn config(server: &S3Server) -> String {
-    format!(
-        "\
-agent:
-  data_dir: ./state
-sources:
-  app:
-    type: taildir
-    channels: [durable]
-    filegroups:
-      app: ./logs/*.log
-channels:
-  durable:
-    type: file
-sinks:
-  archive:
-    type: s3
-    channel: durable
-    bucket: {BUCKET}
-    endpoint: {endpoint}
-    access_key_id: ${{S3_KEY}}
-    secret_access_key: ${{S3_SECRET}}
-    path: app/%Y
-    use_local_time: true
-    file_suffix: .log
-    roll_interval: 1s
-",
-        endpoint = server.endpoint
-    )
-}
-
 fn start(dir: &Path, server: &S3Server) -> Agent {
-    Agent::start_with(
-        dir,
-        &config(server),
-        &[
-            ("S3_KEY", server.access_key.as_str()),
-            ("S3_SECRET", server.secret_key.as_str()),
-        ],
-    )
+    let config = taildir_to_s3(
+        server,
+        "    path: app/%Y\n    use_local_time: true\n    file_suffix: .log\n    roll_interval: 1s\n",
+    );
+    crate::s3::start(dir, &config, server)
 }
 
 fn sorted(keys: &[&str]) -> Vec<String> {

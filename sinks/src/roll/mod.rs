@@ -300,8 +300,8 @@ pub(crate) struct Roller {
     progress: Arc<SharedProgress>,
     /// Open staging files by place.
     buckets: HashMap<String, Bucket>,
-    /// Buffers for encoded chunks, reused between batches.
-    spare: Vec<Vec<u8>>,
+    /// A buffer for encoded chunks, reused between batches.
+    spare: Vec<u8>,
     /// Sequence numbers of the last batch recorded.
     delivered: Option<(u64, u64)>,
     /// Where every event goes, when the templates have no per-event escapes.
@@ -439,12 +439,6 @@ impl Staging {
     }
 }
 
-impl From<PathBuf> for Staging {
-    fn from(directory: PathBuf) -> Self {
-        Self::private(directory)
-    }
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -458,10 +452,9 @@ impl Roller {
     pub(crate) fn recover(
         settings: RollSettings,
         sink: &str,
-        staging: impl Into<Staging>,
+        staging: Staging,
         progress: Arc<SharedProgress>,
     ) -> Result<Self, SinkError> {
-        let staging: Staging = staging.into();
         let directory = &staging.directory;
         std::fs::create_dir_all(directory).map_err(|e| {
             SinkError::io(
@@ -599,7 +592,8 @@ impl Roller {
         let mut chunks = Vec::with_capacity(groups.len());
         for (place, indexes) in groups {
             let chosen: Vec<&Event> = indexes.iter().map(|&i| &events[i]).collect();
-            let mut bytes = self.spare.pop().unwrap_or_default();
+            // The first group takes the kept buffer; a batch is usually one group.
+            let mut bytes = std::mem::take(&mut self.spare);
             bytes.clear();
             let plain = match format::encode_chunk(
                 &mut bytes,
@@ -633,9 +627,8 @@ impl Roller {
             .write_chunks(&mut chunks, delivered, now)
             .await
             .map_err(|error| self.named(error));
-        // Keep one buffer for the next batch: a batch is usually one group.
         if let Some(chunk) = chunks.into_iter().max_by_key(|c| c.bytes.capacity()) {
-            self.spare = vec![chunk.bytes];
+            self.spare = chunk.bytes;
         }
         result
     }
@@ -957,22 +950,6 @@ fn reopen(path: &Path, length: u64) -> Result<File, SinkError> {
         tracing::info!(file = %path.display(), removed = actual - length, "cut unacknowledged bytes off the end of a staging file");
     }
     Ok(file)
-}
-
-/// Makes the file to upload for a finished staging file of a private staging directory: the
-/// staging file itself, or its Parquet conversion (made once, atomically). Blocking.
-pub(crate) fn upload_file(
-    staging: &Path,
-    record: &FinishedRecord,
-    format: Format,
-    compression: Compression,
-) -> Result<PathBuf, SinkError> {
-    Staging::private(staging.to_owned()).finished_file(record, format, compression)
-}
-
-/// Removes a finished file's staging files once uploaded. Blocking.
-pub(crate) fn remove_staged(staging: &Path, id: u64) {
-    Staging::private(staging.to_owned()).remove(id);
 }
 
 /// Runs blocking file and state-store work off the async threads.

@@ -49,8 +49,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::roll::{
-    self, Compression, FinishedRecord, Format, RollOptions, RollSettings, Roller, SharedProgress,
-    blocking,
+    Compression, FinishedRecord, Format, RollOptions, RollSettings, Roller, SharedProgress,
+    Staging, blocking,
 };
 pub use config::S3Config;
 
@@ -226,14 +226,14 @@ impl Sink for S3Sink {
                     .into(),
             ));
         };
-        let staging = match &self.config.staging_directory {
+        let staging = Staging::private(match &self.config.staging_directory {
             Some(dir) => dir.clone(),
             None => state
                 .path()
                 .parent()
                 .map(|dir| dir.join("staging").join(&ctx.name))
                 .unwrap_or_else(|| PathBuf::from("staging").join(&ctx.name)),
-        };
+        });
         let store = Arc::new(self.store()?);
         let Some(settings) = self.settings.take() else {
             return Err(SinkError::Delivery("the s3 sink was started twice".into()));
@@ -372,7 +372,7 @@ struct Uploader {
     sink: String,
     bucket: String,
     store: Arc<AmazonS3>,
-    staging: PathBuf,
+    staging: Staging,
     progress: Arc<SharedProgress>,
     format: Format,
     compression: Compression,
@@ -470,8 +470,8 @@ impl Uploader {
         }
         let (staging, format, compression) = (self.staging.clone(), self.format, self.compression);
         let file_record = record.clone();
-        let path = blocking(move || roll::upload_file(&staging, &file_record, format, compression))
-            .await?;
+        let path =
+            blocking(move || staging.finished_file(&file_record, format, compression)).await?;
         let size = tokio::fs::metadata(&path)
             .await
             .map_err(|e| SinkError::io(format!("reading {}", path.display()), e))?
@@ -510,7 +510,7 @@ impl Uploader {
         let (id, staging) = (record.id, self.staging.clone());
         blocking(move || {
             progress.update(|p| p.finished.retain(|f| f.id != id))?;
-            roll::remove_staged(&staging, id);
+            staging.remove(id);
             Ok(())
         })
         .await?;
