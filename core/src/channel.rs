@@ -171,6 +171,18 @@ pub trait TakeTransaction: Send {
     }
     /// Returns the events to the front of the channel.
     async fn rollback(self: Box<Self>) -> Result<(), ChannelError>;
+    /// Joins `later`, a take of the same channel made after this one, into this take, so
+    /// that one commit (one transaction, one fsync) removes the events of both, or one
+    /// rollback returns them. `true` when joined: `later` then holds nothing (committing or
+    /// dropping it does nothing). Default: `false`, each take commits alone.
+    fn absorb(&mut self, _later: &mut dyn TakeTransaction) -> bool {
+        false
+    }
+    /// The take as [`Any`](std::any::Any), for [`Self::absorb`] to recognise takes of its own
+    /// kind. Default: `None`.
+    fn as_any_mut(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
+        None
+    }
 }
 
 /// Any channel, counted: puts, takes and rollbacks with Flume's names, for every channel type
@@ -409,5 +421,17 @@ impl TakeTransaction for MeteredTake {
     async fn rollback(self: Box<Self>) -> Result<(), ChannelError> {
         self.counts.rollbacks.inc();
         self.inner.rollback().await
+    }
+    fn absorb(&mut self, later: &mut dyn TakeTransaction) -> bool {
+        match later
+            .as_any_mut()
+            .and_then(|any| any.downcast_mut::<MeteredTake>())
+        {
+            Some(later) => self.inner.absorb(later.inner.as_mut()),
+            None => false,
+        }
+    }
+    fn as_any_mut(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
+        Some(self)
     }
 }

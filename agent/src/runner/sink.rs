@@ -577,14 +577,29 @@ impl SinkRunner {
         }
     }
 
-    /// `member` made `takes` safe: commits them, oldest first.
+    /// `member` made `takes` safe: commits them, oldest first, joined into as few commits as
+    /// the channel allows ([`TakeTransaction::absorb`]: one transaction for all of them).
     async fn delivered(&mut self, member: usize, takes: Vec<Box<dyn TakeTransaction>>) {
         self.processor.delivered(member);
         let member = &mut self.members[member];
+        // Each commit with the (events, bytes) of the batches it holds.
+        type Sizes = Vec<(usize, usize)>;
+        let mut commits: Vec<(Box<dyn TakeTransaction>, Sizes)> = Vec::new();
+        for mut take in takes {
+            let size = (
+                take.events().len(),
+                take.events().iter().map(|e| e.body.len()).sum(),
+            );
+            if let Some((joined, sizes)) = commits.last_mut()
+                && joined.absorb(take.as_mut())
+            {
+                sizes.push(size);
+                continue;
+            }
+            commits.push((take, vec![size]));
+        }
         let mut committed_all = true;
-        for take in takes {
-            let n = take.events().len();
-            let bytes: usize = take.events().iter().map(|e| e.body.len()).sum();
+        for (take, sizes) in commits {
             if let Err(e) = take.commit().await {
                 // The events were delivered but stay in the channel: they will be delivered
                 // again (at-least-once), never lost.
@@ -592,12 +607,14 @@ impl SinkRunner {
                 committed_all = false;
                 continue;
             }
-            member.counters.drain_successes.add(n as u64);
-            member.counters.drained_bytes.add(bytes as u64);
-            if n == member.batch_size {
-                member.counters.batches_complete.inc();
-            } else {
-                member.counters.batches_underflow.inc();
+            for (n, bytes) in sizes {
+                member.counters.drain_successes.add(n as u64);
+                member.counters.drained_bytes.add(bytes as u64);
+                if n == member.batch_size {
+                    member.counters.batches_complete.inc();
+                } else {
+                    member.counters.batches_underflow.inc();
+                }
             }
         }
         if committed_all {

@@ -710,6 +710,34 @@ impl TakeTransaction for FileTake {
         }
         Ok(())
     }
+
+    /// Joins a later take of this channel: one commit records the runs of both in one
+    /// transaction.
+    fn absorb(&mut self, later: &mut dyn TakeTransaction) -> bool {
+        let Some(later) = later
+            .as_any_mut()
+            .and_then(|any| any.downcast_mut::<FileTake>())
+        else {
+            return false;
+        };
+        if !Arc::ptr_eq(&self.channel, &later.channel) || self.offline != later.offline {
+            return false;
+        }
+        let (Some(batch), Some(theirs)) = (&mut self.batch, later.batch.as_mut()) else {
+            return false;
+        };
+        if batch.events.is_empty() || theirs.events.is_empty() {
+            return false;
+        }
+        let theirs = later.batch.take().unwrap_or_default();
+        batch.events.extend(theirs.events);
+        batch.sequences.extend(theirs.sequences);
+        true
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
+        Some(self)
+    }
 }
 
 impl Drop for FileTake {
@@ -1223,6 +1251,54 @@ mod tests {
         let ch = channel(dir.path(), "ooo", 100).await;
         assert_eq!(ch.len(), 6);
         assert_eq!(drain(&ch).await, ["0", "1", "2", "6", "7", "8"]);
+    }
+
+    #[tokio::test]
+    async fn takes_joined_commit_in_one_transaction_and_roll_back_together() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ch = channel(dir.path(), "join", 100).await;
+            ch.put(batch(0..9, None)).await.unwrap();
+            let mut first = ch.take(2, Duration::ZERO).await.unwrap();
+            let other = ch.take(2, Duration::ZERO).await.unwrap(); // another sink's
+            let mut third = ch.take(2, Duration::ZERO).await.unwrap();
+            assert!(first.absorb(third.as_mut()), "takes of one channel join");
+            assert!(
+                third.events().is_empty(),
+                "the joined take holds nothing more"
+            );
+            drop(third);
+            assert_eq!(bodies(&*first), ["0", "1", "4", "5"]);
+            assert_eq!(first.sequences(), Some(&[1, 2, 5, 6][..]));
+            let elsewhere = channel(dir.path(), "elsewhere", 100).await;
+            elsewhere.put(batch(0..1, None)).await.unwrap();
+            let mut foreign = elsewhere.take(1, Duration::ZERO).await.unwrap();
+            assert!(
+                !first.absorb(foreign.as_mut()),
+                "a take of another channel stays apart"
+            );
+            assert_eq!(bodies(&*foreign), ["0"]);
+            first.rollback().await.unwrap();
+            other.rollback().await.unwrap();
+            let again = ch.take(10, Duration::ZERO).await.unwrap();
+            let mut returned = bodies(&*again);
+            returned.sort();
+            assert_eq!(
+                returned,
+                ["0", "1", "2", "3", "4", "5"],
+                "a joined rollback returns the events of both"
+            );
+            again.rollback().await.unwrap();
+            let mut first = ch.take(4, Duration::ZERO).await.unwrap();
+            let mut second = ch.take(2, Duration::ZERO).await.unwrap();
+            assert!(first.absorb(second.as_mut()));
+            first.commit().await.unwrap();
+            assert_eq!(ch.len(), 3);
+            drop(second);
+        }
+        let ch = channel(dir.path(), "join", 100).await;
+        assert_eq!(ch.len(), 3, "the joined commit is durable");
+        assert_eq!(drain(&ch).await, ["6", "7", "8"]);
     }
 
     #[tokio::test]

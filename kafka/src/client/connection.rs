@@ -249,7 +249,12 @@ impl Connection {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("isolation.level", "read_committed")
-            .set("enable.partition.eof", "false");
+            .set("enable.partition.eof", "false")
+            // librdkafka stops fetching a partition whose local queue holds
+            // `queued.min.messages` (100,000) and then waits this long before it fetches again
+            // (default 1 s): a consumer that reads faster than that drains the queue and sits
+            // idle for most of the second. 20 ms keeps the queue fed at a few wake-ups a second.
+            .set("fetch.queue.backoff.ms", "20");
         client
     }
 }

@@ -18,11 +18,13 @@
 //!
 //! # Invariants
 //!
-//! - `deliver` returns `Ok` only after the whole batch is written and, with `sync` (the
+//! - A flush (the runner's, after up to [`crate::roll::PIPELINING`] batches) returns `Ok`
+//!   only after every batch sent since the last one is written and, with `sync` (the
 //!   default), on disk (`fdatasync`), and recorded in the state store.
 //! - A batch is never split across files; a file exceeds `roll_size` only when one batch
 //!   alone is larger.
-//! - A failed write is cut back off the file, so the retried batch is not written twice.
+//! - A failed write or flush cuts every batch since the last flush back off the files, so
+//!   the retried batches are not written twice.
 //! - A file is finished by an atomic rename into place (followed by a sync of its
 //!   directory), so a reader never sees a partial file under a final name.
 //!
@@ -30,7 +32,7 @@
 //!
 //! As the `s3` sink (see [`crate::roll`]): the progress record lists the files being
 //! written with their committed lengths, the finished files with their final names, and
-//! the sequence numbers of the last batch. A start cuts surplus bytes off, removes files no
+//! the sequence numbers of the batches whose takes are not yet committed. A start cuts surplus bytes off, removes files no
 //! record names, skips a recorded batch the channel gives again, and moves finished files
 //! into place (a finished file already in place was moved before the crash). With a memory
 //! channel the cut-back still prevents duplicates of unacknowledged events.
@@ -46,7 +48,7 @@ use std::time::Duration;
 
 use ferry_core::config::ByteSize;
 use ferry_core::{
-    ComponentConfig, ConfigError, Sink, SinkBatch, SinkContext, SinkError, async_trait,
+    ComponentConfig, ConfigError, Pipelining, Sink, SinkBatch, SinkContext, SinkError, async_trait,
 };
 use serde::Deserialize;
 
@@ -121,7 +123,7 @@ pub struct FileRollConfig {
     /// Flume: `hdfs.timeZone`.
     #[serde(default)]
     pub time_zone: Option<String>,
-    /// Flush each batch to disk (`fdatasync`) before acknowledging it. Default `true`.
+    /// Flush the batches to disk (`fdatasync`) before acknowledging them. Default `true`.
     /// (No Flume counterpart: Flume only flushes to the operating system.)
     #[serde(default = "default_true")]
     pub sync: bool,
@@ -324,7 +326,7 @@ impl Sink for FileRollSink {
             }
             if let Some(earlier) = earlier {
                 let record = crate::roll::Progress {
-                    delivered: earlier.delivered,
+                    delivered: earlier.delivered.into(),
                     ..Default::default()
                 };
                 let bytes = serde_json::to_vec(&record)
@@ -366,6 +368,11 @@ impl Sink for FileRollSink {
     }
 
     async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+        self.send(batch).await?;
+        self.flush().await
+    }
+
+    async fn send(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
         let Some(running) = &mut self.running else {
             return Err(SinkError::Delivery(
                 "the file_roll sink is not started".into(),
@@ -374,8 +381,21 @@ impl Sink for FileRollSink {
         if batch.events.is_empty() {
             return Ok(());
         }
-        running.roller.write(batch.events, batch.sequences).await?;
+        running.roller.send(batch.events, batch.sequences).await
+    }
+
+    /// One `fdatasync` per file written and one state-store transaction for every batch
+    /// sent since the last flush; then finished files move into place.
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        let Some(running) = &mut self.running else {
+            return Ok(());
+        };
+        running.roller.flush().await?;
         self.publish().await
+    }
+
+    fn pipelining(&self) -> Pipelining {
+        crate::roll::PIPELINING
     }
 
     async fn idle(&mut self) -> Result<(), SinkError> {

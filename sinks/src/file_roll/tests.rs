@@ -275,6 +275,74 @@ async fn a_batch_redelivered_after_a_crash_is_not_written_twice() {
     assert_eq!(all_contents(out.path()), "e1\ne2\ne3\ne4\ne5\n");
 }
 
+async fn send_numbered(sink: &mut FileRollSink, seqs: std::ops::RangeInclusive<u64>) {
+    let sequences: Vec<u64> = seqs.collect();
+    let events: Vec<Event> = sequences
+        .iter()
+        .map(|s| Event::from_body(format!("e{s}")))
+        .collect();
+    sink.send(SinkBatch {
+        events: &events,
+        sequences: Some(&sequences),
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn batches_sent_but_not_flushed_are_cut_off_and_flushed_ones_skipped_at_start() {
+    let (out, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut sink = build(out.path(), "");
+    sink.start(&durable_context(state.path())).await.unwrap();
+    send_numbered(&mut sink, 1..=2).await;
+    send_numbered(&mut sink, 3..=4).await;
+    sink.flush().await.unwrap();
+    // Another sink of the channel took 5..=6; this one goes on with 7..=8, not flushed.
+    send_numbered(&mut sink, 7..=8).await;
+    let (_, in_progress) = files(out.path());
+    let written = std::fs::read_to_string(out.path().join(&in_progress[0])).unwrap();
+    assert_eq!(
+        written,
+        "e1
+e2
+e3
+e4
+e7
+e8
+",
+        "sent batches reach the file"
+    );
+    drop(sink); // crash: no take was committed; 7..=8 was never acknowledged
+    let mut sink = build(out.path(), "");
+    sink.start(&durable_context(state.path())).await.unwrap();
+    // The channel gives every take again, with 5..=6 the other sink gave back.
+    deliver_numbered(&mut sink, 1..=8).await;
+    sink.stop().await.unwrap();
+    assert_eq!(
+        all_contents(out.path()),
+        "e1\ne2\ne3\ne4\ne5\ne6\ne7\ne8\n",
+        "what was flushed is skipped, what was not is written once, and the other sink's events between them are not skipped"
+    );
+}
+
+#[tokio::test]
+async fn a_roll_between_flushes_records_every_batch_sent_before_it() {
+    let (out, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut sink = build(out.path(), "roll_count: 3");
+    sink.start(&durable_context(state.path())).await.unwrap();
+    send_numbered(&mut sink, 1..=1).await;
+    send_numbered(&mut sink, 2..=2).await;
+    send_numbered(&mut sink, 3..=4).await; // rolls: 1 and 2 are synced and recorded first
+    drop(sink); // crash before the runner's flush: none of the three takes committed
+    let (finished, _) = files(out.path());
+    assert_eq!(finished.len(), 0, "not yet moved into place: {finished:?}");
+    let mut sink = build(out.path(), "");
+    sink.start(&durable_context(state.path())).await.unwrap();
+    deliver_numbered(&mut sink, 1..=4).await;
+    sink.stop().await.unwrap();
+    assert_eq!(all_contents(out.path()), "e1\ne2\ne3\ne4\n");
+}
+
 #[tokio::test]
 async fn bytes_written_but_not_recorded_are_cut_off_at_start() {
     let (out, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

@@ -9,21 +9,25 @@
 //! `<directory>/<sink>.<id>.stage.tmp` beside `file_roll`'s finished files. One holds the
 //! events of one future object or file, in its format (for Parquet, JSON lines that become
 //! the Parquet file at roll). Each batch is appended as a self-contained chunk (a gzip
-//! member, a zstd frame), written to disk (`fdatasync`), and only then recorded.
+//! member, a zstd frame); the runner keeps several batches in flight ([`PIPELINING`]) and at
+//! its flush the files written are synced (`fdatasync`, once per file) and only then
+//! recorded, once for all those batches.
 //!
 //! # Progress
 //!
 //! One record in the agent's state store, under the sink's name ([`Progress`]), says which
 //! staging files are open and their committed lengths, which are finished and under which
-//! key they go up, and the channel sequence numbers of the last batch written. It is saved
-//! after every batch, before the runner commits the batch's take, and whenever a file
-//! finishes or is published. A crash leaves two kinds of surplus, and the next start removes
-//! both:
+//! key they go up, and the channel sequence numbers of the batches written since the takes
+//! were last committed, as runs ([`Runs`]: exactly those batches, never a span that could
+//! hold another sink's events). It is saved at every flush, before the runner commits the
+//! flushed batches' takes, and whenever a file finishes or is published (a roll between two
+//! flushes syncs and records what was written before it). A crash leaves two kinds of
+//! surplus, and the next start removes both:
 //!
-//! - bytes written after a file's recorded length, or files not recorded at all (their batch
-//!   was not acknowledged, so the channel still holds it): cut off, deleted;
-//! - a batch recorded but whose take was not committed (the channel gives it again): events
-//!   whose sequence numbers fall in the recorded range are skipped.
+//! - bytes written after a file's recorded length, or files not recorded at all (their
+//!   batches were not acknowledged, so the channel still holds them): cut off, deleted;
+//! - batches recorded but whose takes were not committed (the channel gives them again):
+//!   events whose sequence numbers fall in the recorded runs are skipped.
 //!
 //! A finished file's key is fixed when it finishes and recorded with it, and the file is not
 //! written again: publishing it again after a crash writes the same bytes under the same key.
@@ -40,13 +44,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferry_core::state::StateStore;
-use ferry_core::{ComponentConfig, ConfigError, Event, SinkError};
+use ferry_core::{ComponentConfig, ConfigError, Event, Pipelining, SinkError};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 pub(crate) use format::default_suffix;
 pub use format::{Compression, Format};
 pub(crate) use path::{PathTemplate, TimeOptions};
+
+/// How many batches the runner keeps in flight to a rolling sink between flushes: each flush
+/// costs an `fdatasync` per file written and a state-store transaction, shared by its batches.
+pub(crate) const PIPELINING: Pipelining = Pipelining {
+    max_batches: 16,
+    max_events: 20_000,
+    max_delay: Duration::from_millis(100),
+};
 
 /// What decides where events go and when a file rolls.
 #[derive(Debug)]
@@ -150,8 +162,83 @@ pub(crate) struct Progress {
     pub(crate) open: Vec<OpenRecord>,
     /// Finished files waiting for upload, oldest first.
     pub(crate) finished: Vec<FinishedRecord>,
-    /// Channel sequence numbers of the last batch written.
-    pub(crate) delivered: Option<(u64, u64)>,
+    /// Channel sequence numbers of the batches written since the sink's takes were last
+    /// committed (an earlier version recorded the last batch's `[first, last]`; read as one
+    /// run).
+    #[serde(default)]
+    pub(crate) delivered: Runs,
+}
+
+/// Channel sequence numbers as increasing, disjoint runs `[first, last]`: the batches a sink
+/// wrote, exactly (not their span, which may hold events another sink of the channel took).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct Runs(Vec<(u64, u64)>);
+
+impl Runs {
+    /// Whether `sequence` is in a run.
+    pub(crate) fn contains(&self, sequence: u64) -> bool {
+        let i = self.0.partition_point(|&(_, last)| last < sequence);
+        self.0.get(i).is_some_and(|&(first, _)| first <= sequence)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds `sequences` (increasing, as a batch holds them), joining adjacent runs.
+    pub(crate) fn add(&mut self, sequences: &[u64]) {
+        let ordered = self
+            .0
+            .last()
+            .is_none_or(|&(_, last)| sequences.first().is_none_or(|&first| first > last));
+        for &seq in sequences {
+            match self.0.last_mut() {
+                Some((_, last)) if seq == *last + 1 => *last = seq,
+                _ => self.0.push((seq, seq)),
+            }
+        }
+        if !ordered {
+            self.normalize();
+        }
+    }
+
+    /// Sorted, overlapping and adjacent runs joined.
+    fn normalize(&mut self) {
+        self.0.sort_unstable();
+        let mut joined: Vec<(u64, u64)> = Vec::with_capacity(self.0.len());
+        for &(first, last) in &self.0 {
+            match joined.last_mut() {
+                Some((_, end)) if first <= end.saturating_add(1) => *end = (*end).max(last),
+                _ => joined.push((first, last)),
+            }
+        }
+        self.0 = joined;
+    }
+}
+
+impl From<Option<(u64, u64)>> for Runs {
+    fn from(range: Option<(u64, u64)>) -> Self {
+        Self(range.into_iter().collect())
+    }
+}
+
+impl<'de> Deserialize<'de> for Runs {
+    /// `null`, the earlier `[first, last]`, or `[[first, last], ...]`.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Range(u64, u64),
+            Runs(Vec<(u64, u64)>),
+        }
+        let mut runs = match Option::<Form>::deserialize(deserializer)? {
+            None => Runs::default(),
+            Some(Form::Range(first, last)) => Runs(vec![(first, last)]),
+            Some(Form::Runs(runs)) => Runs(runs),
+        };
+        runs.normalize();
+        Ok(runs)
+    }
 }
 
 /// A staging file being written.
@@ -273,18 +360,12 @@ struct Chunk {
     range: Option<(u64, u64)>,
 }
 
-/// Writes each chunk at the end of its file, then syncs them all (with `sync`). Blocking.
-fn write_and_sync(jobs: &[(Arc<File>, PathBuf, Vec<u8>)], sync: bool) -> Result<(), SinkError> {
+/// Writes each chunk at the end of its file. Blocking.
+fn write_chunks_out(jobs: &[(Arc<File>, PathBuf, Vec<u8>)]) -> Result<(), SinkError> {
     for (file, path, bytes) in jobs {
         (&**file)
             .write_all(bytes)
             .map_err(|e| SinkError::io(format!("writing {}", path.display()), e))?;
-    }
-    if sync {
-        for (file, path, _) in jobs {
-            file.sync_data()
-                .map_err(|e| SinkError::io(format!("syncing {}", path.display()), e))?;
-        }
     }
     Ok(())
 }
@@ -302,10 +383,26 @@ pub(crate) struct Roller {
     buckets: HashMap<String, Bucket>,
     /// A buffer for encoded chunks, reused between batches.
     spare: Vec<u8>,
-    /// Sequence numbers of the last batch recorded.
-    delivered: Option<(u64, u64)>,
+    /// The sequence numbers the progress record holds as written: a batch the channel gives
+    /// again (its take was not committed) skips them.
+    delivered: Runs,
+    /// The sequence numbers of the batches sent since the last [`Roller::flush`]: their takes
+    /// are not committed yet, so every commit until then records them all.
+    sent: Runs,
+    /// What was written since the last commit: synced and recorded at the next, cut back if
+    /// anything fails first.
+    unsynced: Unsynced,
     /// Where every event goes, when the templates have no per-event escapes.
     constant_place: Option<String>,
+}
+
+/// The files written since the last commit.
+#[derive(Debug, Default)]
+struct Unsynced {
+    /// Places written, each with its file's length at the last commit.
+    written: Vec<(String, u64)>,
+    /// Places whose files were created since (removed if anything fails).
+    opened: Vec<String>,
 }
 
 /// Where the writer keeps files while it writes them, and how it names them:
@@ -515,6 +612,8 @@ impl Roller {
             buckets,
             spare: Vec::new(),
             delivered: record.delivered,
+            sent: Runs::default(),
+            unsynced: Unsynced::default(),
             constant_place: None,
         };
         if roller.settings.path.is_constant() && roller.settings.file_prefix.is_constant() {
@@ -525,6 +624,54 @@ impl Roller {
 
     /// Finishes the files due by age or idleness. Returns how many finished.
     pub(crate) async fn roll_due(&mut self) -> Result<usize, SinkError> {
+        let result = self.finish_due().await;
+        self.settle(result).await
+    }
+
+    /// Finishes every open file.
+    pub(crate) async fn roll_all(&mut self) -> Result<usize, SinkError> {
+        let all: Vec<String> = self.buckets.keys().cloned().collect();
+        let result = self.finish(all).await;
+        self.settle(result).await
+    }
+
+    /// Writes a batch into the staging files, not yet synced nor recorded: it is safe once
+    /// [`Self::flush`] returns `Ok`. On `Err` every batch sent since the last flush is cut
+    /// back off the files (the runner gives them all again). A roll on the way syncs and
+    /// records what was sent before it.
+    pub(crate) async fn send(
+        &mut self,
+        events: &[Event],
+        sequences: Option<&[u64]>,
+    ) -> Result<(), SinkError> {
+        let result = self.send_unsettled(events, sequences).await;
+        self.settle(result).await
+    }
+
+    /// Syncs the staging files written since the last flush and records them with the
+    /// sequence numbers of every batch sent since (one `fdatasync` per file written and one
+    /// state-store transaction for all of them). On `Err` they are cut back off the files.
+    pub(crate) async fn flush(&mut self) -> Result<(), SinkError> {
+        let result = self.commit(Vec::new()).await;
+        self.settle(result).await?;
+        // The runner commits these batches' takes now: none of them is given again.
+        self.sent = Runs::default();
+        Ok(())
+    }
+
+    /// After a step: on `Err`, whatever was written since the last commit is cut back, and
+    /// the error names the sink.
+    async fn settle<T>(&mut self, result: Result<T, SinkError>) -> Result<T, SinkError> {
+        match result {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                self.undo().await;
+                Err(self.named(error))
+            }
+        }
+    }
+
+    async fn finish_due(&mut self) -> Result<usize, SinkError> {
         let now = Instant::now();
         let RollSettings {
             roll_interval,
@@ -543,24 +690,16 @@ impl Roller {
         self.finish(due).await
     }
 
-    /// Finishes every open file.
-    pub(crate) async fn roll_all(&mut self) -> Result<usize, SinkError> {
-        let all: Vec<String> = self.buckets.keys().cloned().collect();
-        self.finish(all).await
-    }
-
-    /// Writes a batch: returns once it is on disk and recorded.
-    pub(crate) async fn write(
+    async fn send_unsettled(
         &mut self,
         events: &[Event],
         sequences: Option<&[u64]>,
     ) -> Result<(), SinkError> {
-        self.roll_due().await?;
-        let skip = |i: usize| match (sequences, self.delivered) {
-            (Some(seqs), Some((first, last))) => {
-                seqs.get(i).is_some_and(|s| (first..=last).contains(s))
-            }
-            _ => false,
+        self.finish_due().await?;
+        let skip = |i: usize| {
+            sequences
+                .and_then(|seqs| seqs.get(i))
+                .is_some_and(|&s| self.delivered.contains(s))
         };
         // Where each fresh event goes, in batch order.
         let now = now_ms();
@@ -585,9 +724,9 @@ impl Roller {
             last_place = Some(group);
         }
         if groups.is_empty() {
+            self.sent.add(sequences.unwrap_or_default());
             return Ok(());
         }
-        let delivered = sequences.and_then(|seqs| Some((*seqs.first()?, *seqs.last()?)));
         // Each group's chunk, encoded first: its size decides the rolls.
         let mut chunks = Vec::with_capacity(groups.len());
         for (place, indexes) in groups {
@@ -604,10 +743,7 @@ impl Roller {
             ) {
                 Ok(plain) => plain,
                 Err(e) => {
-                    return Err(SinkError::Delivery(format!(
-                        "sink `{}`: encoding a batch: {e}",
-                        self.sink
-                    )));
+                    return Err(SinkError::Delivery(format!("encoding a batch: {e}")));
                 }
             };
             let range = sequences.and_then(|seqs| {
@@ -623,20 +759,18 @@ impl Roller {
                 range,
             });
         }
-        let result = self
-            .write_chunks(&mut chunks, delivered, now)
-            .await
-            .map_err(|error| self.named(error));
+        let result = self.write_chunks(&mut chunks, sequences, now).await;
         if let Some(chunk) = chunks.into_iter().max_by_key(|c| c.bytes.capacity()) {
             self.spare = chunk.bytes;
         }
         result
     }
 
+    /// Writes the batch's chunks, rolling files before and after as the limits say.
     async fn write_chunks(
         &mut self,
         chunks: &mut [Chunk],
-        delivered: Option<(u64, u64)>,
+        sequences: Option<&[u64]>,
         now_ms: u64,
     ) -> Result<(), SinkError> {
         // Roll what this batch would take past the limits, and make room for new places.
@@ -671,35 +805,10 @@ impl Roller {
             let oldest = by_age.into_iter().take(excess).map(|(_, p)| p).collect();
             self.finish(oldest).await?;
         }
-
-        let mut written: Vec<(String, u64)> = Vec::new(); // place, length before
-        let mut opened: Vec<String> = Vec::new();
-        let result = match self
-            .append_chunks(chunks, now_ms, &mut written, &mut opened)
-            .await
-        {
-            Ok(()) => {
-                // Record lengths and the batch, then it is acknowledged.
-                let open = self.open_records();
-                let progress = Arc::clone(&self.progress);
-                blocking(move || {
-                    progress.update(|p| {
-                        p.open = open;
-                        p.delivered = delivered;
-                        if let Some(max_id) = p.open.iter().map(|o| o.id).max() {
-                            p.next_id = p.next_id.max(max_id + 1);
-                        }
-                    })
-                })
-                .await
-            }
-            Err(error) => Err(error),
-        };
-        if let Err(error) = result {
-            self.undo(&written, &opened).await;
-            return Err(error);
-        }
-        self.delivered = delivered;
+        self.append_chunks(chunks, now_ms).await?;
+        // Written: from here on every commit records the batch (never before: a crash would
+        // then skip events that are not in any file).
+        self.sent.add(sequences.unwrap_or_default());
         let full: Vec<String> = self
             .buckets
             .iter()
@@ -746,15 +855,9 @@ impl Roller {
         Ok(place)
     }
 
-    /// Appends each chunk to its place's file (opening files for new places), all on disk
-    /// once this returns `Ok`.
-    async fn append_chunks(
-        &mut self,
-        chunks: &mut [Chunk],
-        now_ms: u64,
-        written: &mut Vec<(String, u64)>,
-        opened: &mut Vec<String>,
-    ) -> Result<(), SinkError> {
+    /// Appends each chunk to its place's file (opening files for new places), not synced:
+    /// the next commit syncs them.
+    async fn append_chunks(&mut self, chunks: &mut [Chunk], now_ms: u64) -> Result<(), SinkError> {
         let mut next_id = self.progress.next_id();
         for bucket in self.buckets.values() {
             next_id = next_id.max(bucket.record.id + 1);
@@ -793,24 +896,27 @@ impl Roller {
                     touched: now,
                 },
             );
-            opened.push(chunk.place.clone());
+            self.unsynced.opened.push(chunk.place.clone());
         }
-        // Every write and sync of the batch in one blocking task.
+        // Every write of the batch in one blocking task.
         let mut jobs = Vec::with_capacity(chunks.len());
         for chunk in chunks.iter_mut() {
             let Some(bucket) = self.buckets.get(&chunk.place) else {
                 continue;
             };
-            written.push((chunk.place.clone(), bucket.record.length));
+            if !self.unsynced.written.iter().any(|(p, _)| *p == chunk.place) {
+                self.unsynced
+                    .written
+                    .push((chunk.place.clone(), bucket.record.length));
+            }
             jobs.push((
                 Arc::clone(&bucket.file),
                 self.staging.stage(bucket.record.id),
                 std::mem::take(&mut chunk.bytes),
             ));
         }
-        let sync = self.staging.sync;
         let (jobs, result) = blocking(move || {
-            let result = write_and_sync(&jobs, sync);
+            let result = write_chunks_out(&jobs);
             Ok((jobs, result))
         })
         .await?;
@@ -836,12 +942,15 @@ impl Roller {
         Ok(())
     }
 
-    /// Takes a failed batch back off: files cut back, files opened for it removed.
-    async fn undo(&mut self, written: &[(String, u64)], opened: &[String]) {
+    /// Takes everything written since the last commit back off: files cut back to their
+    /// recorded lengths, files created since removed; the batches sent since are forgotten
+    /// (the runner gives them again) except those a commit recorded.
+    async fn undo(&mut self) {
+        let Unsynced { written, opened } = std::mem::take(&mut self.unsynced);
+        self.sent = self.delivered.clone();
         for (place, before) in written {
-            if let Some(bucket) = self.buckets.get_mut(place) {
+            if let Some(bucket) = self.buckets.get_mut(&place) {
                 let file = Arc::clone(&bucket.file);
-                let before = *before;
                 // The record's counters are restored from the saved progress below.
                 bucket.record.length = before;
                 let _ = blocking(move || {
@@ -853,7 +962,7 @@ impl Roller {
         }
         let saved = self.progress.get();
         for place in opened {
-            if let Some(bucket) = self.buckets.remove(place) {
+            if let Some(bucket) = self.buckets.remove(&place) {
                 let _ = std::fs::remove_file(self.staging.stage(bucket.record.id));
             }
         }
@@ -886,10 +995,23 @@ impl Roller {
     }
 
     /// Finishes the files of `places`: their keys are fixed and recorded; they are never
-    /// written again.
+    /// written again. What was written before is synced and recorded with them.
     async fn finish(&mut self, places: Vec<String>) -> Result<usize, SinkError> {
+        let any = places
+            .iter()
+            .any(|place| self.buckets.get(place).is_some_and(|b| b.record.events > 0));
+        if !any {
+            return Ok(0);
+        }
+        self.commit(places).await
+    }
+
+    /// Syncs the files written since the last commit and records, in one state-store
+    /// transaction, their lengths, the files of `finishing` as finished, and the sequence
+    /// numbers sent since the last flush. Returns how many files finished.
+    async fn commit(&mut self, finishing: Vec<String>) -> Result<usize, SinkError> {
         let mut finished = Vec::new();
-        for place in &places {
+        for place in &finishing {
             if let Some(bucket) = self.buckets.get(place) {
                 if bucket.record.events == 0 {
                     continue;
@@ -903,24 +1025,54 @@ impl Roller {
                 });
             }
         }
-        if finished.is_empty() {
+        if finished.is_empty() && self.unsynced.written.is_empty() {
             return Ok(0);
         }
         let ids: Vec<u64> = finished.iter().map(|f| f.id).collect();
         let count = finished.len();
-        let progress = Arc::clone(&self.progress);
-        let remaining: Vec<OpenRecord> = self
+        let files: Vec<(Arc<File>, PathBuf)> = if self.staging.sync {
+            self.unsynced
+                .written
+                .iter()
+                .filter_map(|(place, _)| self.buckets.get(place))
+                .map(|b| (Arc::clone(&b.file), self.staging.stage(b.record.id)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let open: Vec<OpenRecord> = self
             .open_records()
             .into_iter()
             .filter(|o| !ids.contains(&o.id))
             .collect();
+        let next_id = self
+            .buckets
+            .values()
+            .map(|b| b.record.id + 1)
+            .max()
+            .unwrap_or_default();
+        let delivered = (!self.sent.is_empty()).then(|| self.sent.clone());
+        let progress = Arc::clone(&self.progress);
+        let recorded = delivered.clone();
         blocking(move || {
+            for (file, path) in &files {
+                file.sync_data()
+                    .map_err(|e| SinkError::io(format!("syncing {}", path.display()), e))?;
+            }
             progress.update(|p| {
-                p.open = remaining;
+                p.open = open;
                 p.finished.extend(finished);
+                p.next_id = p.next_id.max(next_id);
+                if let Some(delivered) = recorded {
+                    p.delivered = delivered;
+                }
             })
         })
         .await?;
+        if let Some(delivered) = delivered {
+            self.delivered = delivered;
+        }
+        self.unsynced = Unsynced::default();
         self.buckets.retain(|_, b| !ids.contains(&b.record.id));
         Ok(count)
     }
@@ -959,4 +1111,51 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| SinkError::Delivery(format!("blocking task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_read_every_recorded_form_and_hold_exactly_their_numbers() {
+        let read = |json: &str| serde_json::from_str::<Runs>(json).unwrap();
+        assert_eq!(read("null"), Runs::default());
+        assert_eq!(
+            read("[3,7]"),
+            Runs(vec![(3, 7)]),
+            "the earlier `[first, last]`"
+        );
+        assert_eq!(read("[[8,9],[1,2],[3,4]]"), Runs(vec![(1, 4), (8, 9)]));
+        let runs = read("[[1,4],[8,9]]");
+        assert_eq!(serde_json::to_string(&runs).unwrap(), "[[1,4],[8,9]]");
+        for (seq, held) in [
+            (0, false),
+            (1, true),
+            (4, true),
+            (5, false),
+            (7, false),
+            (9, true),
+            (10, false),
+        ] {
+            assert_eq!(runs.contains(seq), held, "{seq}");
+        }
+        let old: Progress =
+            serde_json::from_str(r#"{"next_id":2,"open":[],"finished":[],"delivered":[5,6]}"#)
+                .unwrap();
+        assert_eq!(old.delivered, Runs(vec![(5, 6)]));
+    }
+
+    #[test]
+    fn runs_join_batches_in_any_order() {
+        let mut runs = Runs::default();
+        runs.add(&[1, 2, 3]);
+        runs.add(&[4, 5]);
+        runs.add(&[9, 10]);
+        assert_eq!(runs, Runs(vec![(1, 5), (9, 10)]));
+        runs.add(&[6, 7, 8]); // events given back by another sink, taken after
+        assert_eq!(runs, Runs(vec![(1, 10)]));
+        runs.add(&[]);
+        assert_eq!(runs, Runs(vec![(1, 10)]));
+    }
 }

@@ -37,8 +37,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ferry_core::{
-    ComponentConfig, ComponentMetrics, ConfigError, Counter, Latency, Sink, SinkBatch, SinkContext,
-    SinkError, async_trait,
+    ComponentConfig, ComponentMetrics, ConfigError, Counter, Latency, Pipelining, Sink, SinkBatch,
+    SinkContext, SinkError, async_trait,
 };
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::multipart::{MultipartStore, PartId};
@@ -299,6 +299,11 @@ impl Sink for S3Sink {
     }
 
     async fn deliver(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
+        self.send(batch).await?;
+        self.flush().await
+    }
+
+    async fn send(&mut self, batch: SinkBatch<'_>) -> Result<(), SinkError> {
         let (Some(roller), Some(uploader)) = (&mut self.roller, &self.uploader) else {
             return Err(SinkError::Delivery("the s3 sink is not started".into()));
         };
@@ -317,10 +322,25 @@ impl Sink for S3Sink {
                 self.config.bucket, self.config.max_staged
             )));
         }
-        let result = roller.write(batch.events, batch.sequences).await;
+        let result = roller.send(batch.events, batch.sequences).await;
+        // A roll on the way may have finished objects.
         uploader.count_waiting();
         uploader.wake.notify_one();
         result
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        let (Some(roller), Some(uploader)) = (&mut self.roller, &self.uploader) else {
+            return Ok(());
+        };
+        let result = roller.flush().await;
+        uploader.count_waiting();
+        uploader.wake.notify_one();
+        result
+    }
+
+    fn pipelining(&self) -> Pipelining {
+        crate::roll::PIPELINING
     }
 
     async fn idle(&mut self) -> Result<(), SinkError> {
