@@ -723,13 +723,12 @@ impl TakeTransaction for FileTake {
         if !Arc::ptr_eq(&self.channel, &later.channel) || self.offline != later.offline {
             return false;
         }
-        let (Some(batch), Some(theirs)) = (&mut self.batch, later.batch.as_mut()) else {
+        let Some(batch) = self.batch.as_mut().filter(|b| !b.events.is_empty()) else {
             return false;
         };
-        if batch.events.is_empty() || theirs.events.is_empty() {
+        let Some(theirs) = later.batch.take_if(|b| !b.events.is_empty()) else {
             return false;
-        }
-        let theirs = later.batch.take().unwrap_or_default();
+        };
         batch.events.extend(theirs.events);
         batch.sequences.extend(theirs.sequences);
         true

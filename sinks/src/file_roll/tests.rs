@@ -237,12 +237,18 @@ fn durable_context(state_dir: &Path) -> SinkContext {
     }
 }
 
-async fn deliver_numbered(sink: &mut FileRollSink, seqs: std::ops::RangeInclusive<u64>) {
+/// Events `e<seq>` numbered `seqs`, as a file channel gives them.
+fn numbered(seqs: std::ops::RangeInclusive<u64>) -> (Vec<Event>, Vec<u64>) {
     let sequences: Vec<u64> = seqs.collect();
-    let events: Vec<Event> = sequences
+    let events = sequences
         .iter()
         .map(|s| Event::from_body(format!("e{s}")))
         .collect();
+    (events, sequences)
+}
+
+async fn deliver_numbered(sink: &mut FileRollSink, seqs: std::ops::RangeInclusive<u64>) {
+    let (events, sequences) = numbered(seqs);
     sink.deliver(SinkBatch {
         events: &events,
         sequences: Some(&sequences),
@@ -276,11 +282,7 @@ async fn a_batch_redelivered_after_a_crash_is_not_written_twice() {
 }
 
 async fn send_numbered(sink: &mut FileRollSink, seqs: std::ops::RangeInclusive<u64>) {
-    let sequences: Vec<u64> = seqs.collect();
-    let events: Vec<Event> = sequences
-        .iter()
-        .map(|s| Event::from_body(format!("e{s}")))
-        .collect();
+    let (events, sequences) = numbered(seqs);
     sink.send(SinkBatch {
         events: &events,
         sequences: Some(&sequences),
