@@ -18,20 +18,34 @@ use crate::harness::{
     Agent, Lcg, Tmpfs, crash_seed, free_port, http_server, read_dir_concat, wait_until,
 };
 
-/// Starts the agent on `config` `rounds` times, killing it with SIGKILL at a random moment
-/// after it started each time.
-fn kill_repeatedly(dir: &std::path::Path, config: &str, rng: &mut Lcg, rounds: usize) {
+/// Starts the agent on `config` `rounds` times, killing it with SIGKILL each time at a random
+/// moment after it started: after 50 to 450 ms, or as soon as the files under `out` grew by a
+/// random number of bytes up to `budget / rounds`, whichever comes first. The growth bound
+/// keeps the runs from finishing the work however fast the agent is (`budget` is well under
+/// the whole output), so every round really kills it in the middle.
+fn kill_repeatedly(
+    dir: &std::path::Path,
+    config: &str,
+    rng: &mut Lcg,
+    rounds: usize,
+    out: &std::path::Path,
+    budget: u64,
+) {
     for round in 0..rounds {
         let mut agent = Agent::start(dir, config);
         wait_until(Duration::from_secs(60), "the agent to start", || {
             agent.log().contains("pipeline started")
         });
-        std::thread::sleep(Duration::from_millis(50 + rng.next_below(400)));
+        let deadline = std::time::Instant::now() + Duration::from_millis(50 + rng.next_below(400));
+        let until = dir_size(out) + 1 + rng.next_below(budget / rounds as u64);
+        while std::time::Instant::now() < deadline && dir_size(out) < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         agent.signal(Signal::SIGKILL);
         let status = agent.wait(Duration::from_secs(30));
         assert!(
             !status.success(),
-            "round {round}: the agent finished before the kill; make the run longer"
+            "round {round}: the agent finished before the kill"
         );
     }
 }
@@ -131,14 +145,14 @@ fn a_data_dir_of_the_row_format_channel_drains_exactly_once_after_the_upgrade() 
 
 #[test]
 fn seq_through_file_channel_to_file_roll_is_exactly_once_across_sigkills() {
-    // Enough that ten short runs cannot finish it, even on an idle machine.
     const TOTAL: usize = 2_000_000;
     let seed = crash_seed();
     let mut rng = Lcg(seed);
     let dir = tempfile::tempdir().unwrap();
     let config = seq_to_file_roll(TOTAL, "file");
     let out = dir.path().join("out");
-    kill_repeatedly(dir.path(), &config, &mut rng, 10);
+    // The output is about 7 bytes per event: the kills come within its first third.
+    kill_repeatedly(dir.path(), &config, &mut rng, 10, &out, TOTAL as u64 * 2);
     // The last run goes to completion: the source ends, the channel drains, the agent exits.
     let mut agent = Agent::start(dir.path(), &config);
     let status = agent.wait(Duration::from_secs(300));
@@ -301,15 +315,14 @@ sinks:
 
 #[test]
 fn seq_through_memory_channel_loses_nothing_across_sigkills() {
-    // Larger than the file channel's run: without fsyncs the agent is fast enough to finish
-    // 1,000,000 events within the ten short runs.
-    const TOTAL: usize = 4_000_000;
+    const TOTAL: usize = 2_000_000;
     let seed = crash_seed();
     let mut rng = Lcg(seed);
     let dir = tempfile::tempdir().unwrap();
     let config = seq_to_file_roll(TOTAL, "memory");
     let out = dir.path().join("out");
-    kill_repeatedly(dir.path(), &config, &mut rng, 10);
+    // The output is about 7 bytes per event: the kills come within its first third.
+    kill_repeatedly(dir.path(), &config, &mut rng, 10, &out, TOTAL as u64 * 2);
     let mut agent = Agent::start(dir.path(), &config);
     let status = agent.wait(Duration::from_secs(300));
     assert!(status.success(), "{status:?}\n{}", agent.log());
