@@ -701,28 +701,40 @@ impl Roller {
                 .and_then(|seqs| seqs.get(i))
                 .is_some_and(|&s| self.delivered.contains(s))
         };
-        // Where each fresh event goes, in batch order.
         let now = now_ms();
-        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        let mut last_place: Option<usize> = None;
-        for (i, event) in events.iter().enumerate() {
-            if skip(i) {
-                continue;
+        // Where each fresh event goes, in batch order.
+        let fresh = (0..events.len()).filter(|&i| !skip(i));
+        let groups: Vec<(String, Vec<usize>)> = match &self.constant_place {
+            // Every event goes to the same place: no path rendered or compared per event.
+            Some(place) => {
+                let fresh: Vec<usize> = fresh.collect();
+                if fresh.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![(place.clone(), fresh)]
+                }
             }
-            let place = self.place(event, now as i64)?;
-            let group = match last_place {
-                Some(g) if groups[g].0 == place => g,
-                _ => match groups.iter().position(|(p, _)| *p == place) {
-                    Some(g) => g,
-                    None => {
-                        groups.push((place, Vec::new()));
-                        groups.len() - 1
-                    }
-                },
-            };
-            groups[group].1.push(i);
-            last_place = Some(group);
-        }
+            None => {
+                let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+                let mut last_place: Option<usize> = None;
+                for i in fresh {
+                    let place = self.place(&events[i], now as i64)?;
+                    let group = match last_place {
+                        Some(g) if groups[g].0 == place => g,
+                        _ => match groups.iter().position(|(p, _)| *p == place) {
+                            Some(g) => g,
+                            None => {
+                                groups.push((place, Vec::new()));
+                                groups.len() - 1
+                            }
+                        },
+                    };
+                    groups[group].1.push(i);
+                    last_place = Some(group);
+                }
+                groups
+            }
+        };
         if groups.is_empty() {
             self.sent.add(sequences.unwrap_or_default());
             return Ok(());
