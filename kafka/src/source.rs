@@ -25,6 +25,7 @@
 //! `topic`, `partition`, `offset`, `timestamp` (ms) and, when the record has one, `key` are set.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -136,9 +137,9 @@ pub fn checkpoint_offsets(bytes: &[u8]) -> Option<Vec<(String, i32, i64)>> {
 struct Shared {
     /// Next offsets whose records every channel holds (what the checkpoints say).
     sent: BTreeMap<Tp, i64>,
-    /// Partitions owned now, each with the number of the assignment that gave it.
+    /// Partitions owned now, each with the number of the assignment that gave it (see
+    /// [`RebalanceContext::assignments`]).
     assigned: HashMap<Tp, u64>,
-    assignments: u64,
     /// Partitions this consumer was ever revoked from: until a record of the current
     /// assignment is read, librdkafka's position of such a partition might still be that of
     /// the assignment before, past records dropped from a batch.
@@ -155,6 +156,9 @@ struct RebalanceContext {
     source: String,
     ctx: SourceContext,
     shared: Arc<Mutex<Shared>>,
+    /// Assignments and revocations so far, counted under `shared`'s lock: the batch loop reads
+    /// it after every record without locking, and looks at `shared` again only when it moved.
+    assignments: Arc<AtomicU64>,
 }
 
 impl RebalanceContext {
@@ -292,8 +296,7 @@ impl ConsumerContext for RebalanceContext {
                     shared.assigned.clear();
                     shared.starts.clear();
                 }
-                shared.assignments += 1;
-                let number = shared.assignments;
+                let number = self.assignments.fetch_add(1, Ordering::AcqRel) + 1;
                 for e in tpl.elements() {
                     let tp = (e.topic().to_owned(), e.partition());
                     match e.offset() {
@@ -317,7 +320,7 @@ impl ConsumerContext for RebalanceContext {
                     }
                     // The batch being gathered drops the revoked partitions' records (checked
                     // after every `recv`).
-                    shared.assignments += 1;
+                    self.assignments.fetch_add(1, Ordering::AcqRel);
                 }
                 tracing::info!(source = %self.source, partitions = tpl.count(), "partitions revoked");
                 if cooperative {
@@ -332,6 +335,8 @@ impl ConsumerContext for RebalanceContext {
                 shared.starts.clear();
                 let owned: Vec<Tp> = shared.assigned.drain().map(|(tp, _)| tp).collect();
                 shared.revoked.extend(owned);
+                // Nothing is owned any more: the batch being gathered drops its records.
+                self.assignments.fetch_add(1, Ordering::AcqRel);
                 drop(shared);
                 consumer.unassign()
             }
@@ -443,27 +448,112 @@ impl KafkaSource {
     }
 }
 
-/// A record read but not yet put.
-struct Pending {
+/// The batch being gathered: its events, and per event the partition it was read from under
+/// which assignment. Records arrive in runs of one partition, so the partition of a record is
+/// found without allocating or hashing (the last one's, or a short scan).
+#[derive(Default)]
+struct Gathering {
+    parts: Vec<Part>,
+    /// Index in `parts` of the last record's partition.
+    last: usize,
+    events: Vec<Event>,
+    /// `parts[owners[i]]` is where `events[i]` was read.
+    owners: Vec<usize>,
+}
+
+/// A partition of the batch being gathered, under one assignment.
+struct Part {
     tp: Tp,
     assignment: u64,
-    offset: i64,
-    event: Event,
+    /// Where this assignment started, when this source set it (see [`Shared::starts`]).
+    start: Option<i64>,
+    /// The offset after the last record gathered; 0 before the first.
+    next: i64,
+    /// False once a rebalance took the partition (or this assignment of it) away: its records
+    /// are out of the batch and later records of the partition start a new `Part`.
+    owned: bool,
+}
+
+impl Gathering {
+    fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// The owned part of `topic`/`partition`, if the batch has one.
+    fn find(&mut self, topic: &str, partition: i32) -> Option<usize> {
+        let is = |p: &Part| p.owned && p.tp.1 == partition && p.tp.0 == topic;
+        if self.parts.get(self.last).is_some_and(is) {
+            return Some(self.last);
+        }
+        let index = self.parts.iter().position(is)?;
+        self.last = index;
+        Some(index)
+    }
+
+    fn add_part(&mut self, tp: Tp, assignment: u64, start: Option<i64>) -> usize {
+        self.parts.push(Part {
+            tp,
+            assignment,
+            start,
+            next: 0,
+            owned: true,
+        });
+        self.last = self.parts.len() - 1;
+        self.last
+    }
+
+    fn push(&mut self, part: usize, offset: i64, event: Event) {
+        let next = &mut self.parts[part].next;
+        *next = (*next).max(offset + 1);
+        self.events.push(event);
+        self.owners.push(part);
+    }
+
+    /// After a rebalance: drops the records of partitions `state` no longer assigns under the
+    /// same assignment; returns how many.
+    fn keep_owned(&mut self, state: &Shared) -> usize {
+        for part in &mut self.parts {
+            part.owned = part.owned && state.assigned.get(&part.tp) == Some(&part.assignment);
+        }
+        let before = self.events.len();
+        if self.parts.iter().all(|p| p.owned) {
+            return 0;
+        }
+        let owned: Vec<bool> = self.owners.iter().map(|&i| self.parts[i].owned).collect();
+        let mut keep = owned.iter();
+        self.events.retain(|_| *keep.next().unwrap_or(&false));
+        self.owners.retain(|&i| self.parts[i].owned);
+        before - self.events.len()
+    }
+
+    /// The gathered events, and each owned partition that has some with the offset after them;
+    /// leaves the gathering empty.
+    fn take(&mut self) -> (Vec<Event>, Vec<(Tp, i64)>) {
+        let nexts = self
+            .parts
+            .drain(..)
+            .filter(|p| p.owned && p.next > 0)
+            .map(|p| (p.tp, p.next))
+            .collect();
+        self.owners.clear();
+        self.last = 0;
+        (std::mem::take(&mut self.events), nexts)
+    }
 }
 
 /// The record's event: its Kafka headers, then where it was read; with `position`, that header
 /// holds `topic-partition-offset`.
 fn event_of(message: &impl Message, position: Option<&str>) -> Event {
     let mut event = headers::event_of(message, true);
-    let h = &mut event.headers;
-    h.insert("topic".into(), message.topic().to_owned());
-    h.insert("partition".into(), message.partition().to_string());
-    h.insert("offset".into(), message.offset().to_string());
+    let mut read = Vec::with_capacity(6);
+    read.push(("topic".to_owned(), message.topic().to_owned()));
+    read.push(("partition".to_owned(), message.partition().to_string()));
+    read.push(("offset".to_owned(), message.offset().to_string()));
     if let Some(ts) = message.timestamp().to_millis() {
-        h.insert("timestamp".into(), ts.to_string());
+        read.push(("timestamp".to_owned(), ts.to_string()));
     }
     if let Some(key) = message.key() {
-        h.insert("key".into(), String::from_utf8_lossy(key).into_owned());
+        read.push(("key".to_owned(), String::from_utf8_lossy(key).into_owned()));
     }
     if let Some(header) = position {
         let id = format!(
@@ -472,7 +562,13 @@ fn event_of(message: &impl Message, position: Option<&str>) -> Event {
             message.partition(),
             message.offset()
         );
-        h.insert(header.to_owned(), id);
+        read.push((header.to_owned(), id));
+    }
+    if event.headers.is_empty() {
+        // One map built at once (the usual record has no headers of its own).
+        event.headers = read.into_iter().collect();
+    } else {
+        event.headers.extend(read);
     }
     event
 }
@@ -491,6 +587,7 @@ impl Source for KafkaSource {
     async fn run(self: Box<Self>, ctx: SourceContext) -> Result<(), SourceError> {
         let name = ctx.name().to_owned();
         let shared = Arc::new(Mutex::new(Shared::default()));
+        let assignments = Arc::new(AtomicU64::new(0));
         // Not `checkpoint()`: after a restart of this source in the same process, the durable
         // checkpoint is newer than the one loaded at start.
         if let Some(checkpoint) = ctx.durable_checkpoint() {
@@ -507,6 +604,7 @@ impl Source for KafkaSource {
             source: name.clone(),
             ctx: ctx.clone(),
             shared: Arc::clone(&shared),
+            assignments: Arc::clone(&assignments),
         };
         let consumer: StreamConsumer<RebalanceContext> = client
             .create_with_context(context)
@@ -524,13 +622,13 @@ impl Source for KafkaSource {
         tracing::info!(source = %name, topics = ?topics, group = %self.config.group_id, "kafka source subscribed");
 
         let shutdown = ctx.shutdown().clone();
-        let mut pending: Vec<Pending> = Vec::with_capacity(self.config.batch_size);
+        let mut batch = Gathering::default();
         let mut assignments_seen = 0u64;
         // Per partition, the assignment under which a record was last read.
         let mut read: HashMap<Tp, u64> = HashMap::new();
         while !shutdown.is_triggered() {
             let deadline = tokio::time::Instant::now() + self.config.batch_duration;
-            while pending.len() < self.config.batch_size {
+            while batch.len() < self.config.batch_size {
                 let received = tokio::select! {
                     received = consumer.recv() => received,
                     _ = tokio::time::sleep_until(deadline) => break,
@@ -538,44 +636,45 @@ impl Source for KafkaSource {
                 };
                 // A rebalance runs inside `recv`: drop what was gathered from partitions this
                 // consumer no longer owns, or owns again since a newer assignment.
-                let owner = {
-                    let state = shared.lock().unwrap_or_else(|e| e.into_inner());
-                    if state.assignments != assignments_seen {
-                        assignments_seen = state.assignments;
-                        let before = pending.len();
-                        pending.retain(|p| state.assigned.get(&p.tp) == Some(&p.assignment));
-                        if pending.len() < before {
-                            tracing::info!(source = %name, dropped = before - pending.len(), "dropped records of revoked partitions from the batch being gathered");
-                        }
+                let assignments = assignments.load(Ordering::Acquire);
+                if assignments != assignments_seen {
+                    assignments_seen = assignments;
+                    let dropped =
+                        batch.keep_owned(&shared.lock().unwrap_or_else(|e| e.into_inner()));
+                    if dropped > 0 {
+                        tracing::info!(source = %name, dropped, "dropped records of revoked partitions from the batch being gathered");
                     }
-                    received.as_ref().ok().and_then(|m| {
-                        let tp = (m.topic().to_owned(), m.partition());
-                        let assignment = *state.assigned.get(&tp)?;
-                        if let Some(start) = state.starts.get(&tp).filter(|s| m.offset() < **s) {
-                            tracing::warn!(source = %name, topic = %tp.0, partition = tp.1, offset = m.offset(), start, "dropped a record from before this assignment's start");
-                            return None;
-                        }
-                        Some((tp, assignment))
-                    })
-                };
-                match received {
-                    Ok(message) => {
-                        if let Some((tp, assignment)) = owner {
-                            read.insert(tp.clone(), assignment);
-                            pending.push(Pending {
-                                tp,
-                                assignment,
-                                offset: message.offset(),
-                                event: event_of(&message, ctx.position_header()),
-                            });
-                        }
-                    }
-                    Err(KafkaError::PartitionEOF(_)) => {}
+                }
+                let message = match received {
+                    Ok(message) => message,
+                    Err(KafkaError::PartitionEOF(_)) => continue,
                     Err(e) => {
                         tracing::warn!(source = %name, error = %e, "kafka consumer error");
                         tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
                     }
+                };
+                let part = match batch.find(message.topic(), message.partition()) {
+                    Some(part) => part,
+                    None => {
+                        let tp = (message.topic().to_owned(), message.partition());
+                        let state = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        let Some(&assignment) = state.assigned.get(&tp) else {
+                            continue;
+                        };
+                        let start = state.starts.get(&tp).copied();
+                        drop(state);
+                        read.insert(tp.clone(), assignment);
+                        batch.add_part(tp, assignment, start)
+                    }
+                };
+                let offset = message.offset();
+                if let Some(start) = batch.parts[part].start.filter(|s| offset < *s) {
+                    let tp = &batch.parts[part].tp;
+                    tracing::warn!(source = %name, topic = %tp.0, partition = tp.1, offset, start, "dropped a record from before this assignment's start");
+                    continue;
                 }
+                batch.push(part, offset, event_of(&message, ctx.position_header()));
             }
             // Where librdkafka's position stands: past the last record read and past the
             // control records (transaction markers) after it, as Kafka's consumer commits.
@@ -586,9 +685,10 @@ impl Source for KafkaSource {
                 .sent
                 .clone();
             let before = offsets.clone();
-            for p in &pending {
-                let next = offsets.entry(p.tp.clone()).or_insert(0);
-                *next = (*next).max(p.offset + 1);
+            let (events, nexts) = batch.take();
+            for (tp, next) in nexts {
+                let at = offsets.entry(tp).or_insert(0);
+                *at = (*at).max(next);
             }
             // Every record of these partitions before their position is in this batch or an
             // earlier one (the batch holds every record read since), so the checkpoint may
@@ -597,12 +697,11 @@ impl Source for KafkaSource {
                 let next = offsets.entry(tp).or_insert(0);
                 *next = (*next).max(position);
             }
-            if pending.is_empty() && offsets == before {
+            if events.is_empty() && offsets == before {
                 continue;
             }
             // Without records (a marker read after the last batch), the batch carries only
             // the checkpoint.
-            let events: Vec<Event> = pending.drain(..).map(|p| p.event).collect();
             ctx.send(events, Some(encode_offsets(&offsets))).await?;
             shared.lock().unwrap_or_else(|e| e.into_inner()).sent = offsets;
             commit_durable(&name, &ctx, &consumer, None, &shared, CommitMode::Async);
@@ -977,6 +1076,43 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(channel.events().len(), 34);
         broker.shutdown().await;
+    }
+
+    #[test]
+    fn a_rebalance_drops_the_gathered_records_of_partitions_no_longer_owned_under_their_assignment()
+    {
+        let tp = |p: i32| ("t".to_owned(), p);
+        let mut batch = Gathering::default();
+        let a = batch.add_part(tp(0), 1, None);
+        batch.push(a, 10, Event::from_body("a10"));
+        let b = batch.add_part(tp(1), 1, Some(5));
+        batch.push(b, 5, Event::from_body("b5"));
+        assert_eq!(batch.find("t", 0), Some(a));
+        batch.push(a, 11, Event::from_body("a11"));
+        batch.push(b, 6, Event::from_body("b6"));
+        assert_eq!(batch.find("t", 2), None);
+        assert_eq!(batch.find("u", 1), None);
+
+        // Partition 0 stays under assignment 1; partition 1 was revoked and assigned again.
+        let mut state = Shared::default();
+        state.assigned.insert(tp(0), 1);
+        state.assigned.insert(tp(1), 2);
+        assert_eq!(batch.keep_owned(&state), 2);
+        assert_eq!(
+            batch.find("t", 1),
+            None,
+            "a new assignment starts a new part"
+        );
+        let c = batch.add_part(tp(1), 2, None);
+        batch.push(c, 7, Event::from_body("b7"));
+        assert_eq!(batch.keep_owned(&state), 0);
+
+        let (events, nexts) = batch.take();
+        let bodies: Vec<&[u8]> = events.iter().map(|e| &e.body[..]).collect();
+        assert_eq!(bodies, [&b"a10"[..], b"a11", b"b7"]);
+        assert_eq!(nexts, [(tp(0), 12), (tp(1), 8)]);
+        assert_eq!(batch.len(), 0);
+        assert_eq!(batch.find("t", 0), None);
     }
 
     #[test]
