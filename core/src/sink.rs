@@ -105,6 +105,7 @@ pub struct SinkContext {
 /// let pipelining = Pipelining {
 ///     max_batches: 16,
 ///     max_events: 10_000,
+///     max_bytes: 16 << 20,
 ///     max_delay: Duration::from_millis(100),
 /// };
 /// assert!(pipelining.max_batches > Pipelining::ONE_BATCH.max_batches);
@@ -116,6 +117,10 @@ pub struct Pipelining {
     pub max_batches: usize,
     /// Most events in flight: the runner flushes once the batches sent hold this many.
     pub max_events: usize,
+    /// Most bytes in flight, as [`crate::Event::byte_size`] counts them: the runner flushes
+    /// once the batches sent hold this many. `usize::MAX`: no bound (events are not
+    /// measured).
+    pub max_bytes: usize,
     /// Longest time between the first `send` after a flush and the next flush.
     pub max_delay: Duration,
 }
@@ -126,6 +131,7 @@ impl Pipelining {
     pub const ONE_BATCH: Pipelining = Pipelining {
         max_batches: 1,
         max_events: usize::MAX,
+        max_bytes: usize::MAX,
         max_delay: Duration::MAX,
     };
 }
@@ -179,7 +185,12 @@ impl Default for Pipelining {
 ///         Ok(())
 ///     }
 ///     fn pipelining(&self) -> Pipelining {
-///         Pipelining { max_batches: 8, max_events: 10_000, max_delay: Duration::from_millis(50) }
+///         Pipelining {
+///             max_batches: 8,
+///             max_events: 10_000,
+///             max_bytes: usize::MAX,
+///             max_delay: Duration::from_millis(50),
+///         }
 ///     }
 /// }
 /// ```

@@ -5,7 +5,8 @@
 //! The sink pipelines: [`Sink::send`] queues the records of a channel batch on the producer
 //! and returns, so the runner takes the next batch while Kafka acknowledges the earlier ones;
 //! [`Sink::flush`] waits until every record sent since the last flush is safe. The runner
-//! flushes once `transaction_max_events` events are in flight, `transaction_max_delay` after
+//! flushes once `transaction_max_events` events or `transaction_max_bytes` bytes are in
+//! flight, `transaction_max_delay` after
 //! the first send, or when the channel has nothing more ready, and only then commits the takes.
 //! A flush waits on one counter of the records sent since the last one, and a full producer
 //! queue waits for room (see [`crate::client`]).
@@ -102,9 +103,13 @@ pub struct KafkaSinkConfig {
     pub progress_topic: String,
     /// Most events sent before the sink waits for them to be safe: with `exactly_once`, the
     /// most in one Kafka transaction (which then holds several channel batches, 100 at most);
-    /// with `at_least_once`, the most awaiting acknowledgement. Default `10000`.
+    /// with `at_least_once`, the most awaiting acknowledgement. Default `50000`.
     #[serde(default = "default_transaction_max_events")]
     pub transaction_max_events: usize,
+    /// Most bytes of events (bodies and headers) sent before the sink waits for them to be
+    /// safe, the memory bound of what is in flight when events are large. Default `16MiB`.
+    #[serde(default = "default_transaction_max_bytes")]
+    pub transaction_max_bytes: ferry_core::config::ByteSize,
     /// Longest time from the first batch sent until the sink waits for it to be safe and
     /// commits (the transaction, with `exactly_once`). Default `100ms`, Kafka Streams'
     /// `commit.interval.ms` under exactly-once.
@@ -152,7 +157,10 @@ fn default_linger() -> Duration {
     Duration::from_millis(5)
 }
 fn default_transaction_max_events() -> usize {
-    10_000
+    50_000
+}
+fn default_transaction_max_bytes() -> ferry_core::config::ByteSize {
+    ferry_core::config::ByteSize(16 << 20)
 }
 fn default_transaction_max_delay() -> Duration {
     Duration::from_millis(100)
@@ -219,6 +227,12 @@ impl KafkaSink {
             problems.push(cfg.error_at(
                 "transaction_max_events",
                 "`transaction_max_events` must be at least 1",
+            ));
+        }
+        if config.transaction_max_bytes.bytes() == 0 {
+            problems.push(cfg.error_at(
+                "transaction_max_bytes",
+                "`transaction_max_bytes` must be at least 1 byte",
             ));
         }
         problems.extend(
@@ -617,6 +631,8 @@ impl Sink for KafkaSink {
         Pipelining {
             max_batches: MAX_BATCHES_IN_FLIGHT,
             max_events: self.config.transaction_max_events,
+            max_bytes: usize::try_from(self.config.transaction_max_bytes.bytes())
+                .unwrap_or(usize::MAX),
             max_delay: self.config.transaction_max_delay,
         }
     }

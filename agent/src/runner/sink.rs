@@ -112,6 +112,8 @@ pub(crate) async fn run_sink_group(
 struct InFlight {
     takes: Vec<Box<dyn TakeTransaction>>,
     events: usize,
+    /// Bytes of the events, counted only when the pipelining bounds them.
+    bytes: usize,
     /// When the first of them was sent.
     since: Option<Instant>,
     /// Whether the last take came back with fewer events than asked for: the channel has
@@ -128,13 +130,15 @@ impl InFlight {
     fn reached(&self, pipelining: &Pipelining) -> bool {
         self.takes.len() >= pipelining.max_batches
             || self.events >= pipelining.max_events
+            || self.bytes >= pipelining.max_bytes
             || self
                 .since
                 .is_some_and(|since| since.elapsed() >= pipelining.max_delay)
     }
 
-    fn push(&mut self, take: Box<dyn TakeTransaction>, short: bool) {
+    fn push(&mut self, take: Box<dyn TakeTransaction>, short: bool, pipelining: &Pipelining) {
         self.events += take.events().len();
+        self.bytes += bytes_of(take.as_ref(), pipelining);
         self.caught_up = short;
         self.takes.push(take);
     }
@@ -145,6 +149,14 @@ impl InFlight {
         *self = Self::default();
         takes
     }
+}
+
+/// The bytes of `take`'s events when `pipelining` bounds them (else 0: not worth counting).
+fn bytes_of(take: &dyn TakeTransaction, pipelining: &Pipelining) -> usize {
+    if pipelining.max_bytes == usize::MAX {
+        return 0;
+    }
+    take.events().iter().map(Event::byte_size).sum()
 }
 
 /// Whether a sink runner goes on after a step.
@@ -245,6 +257,7 @@ impl Member {
         self.pipelining = Pipelining {
             max_batches: wanted.max_batches.min(open_takes).max(1),
             max_events: wanted.max_events.max(1),
+            max_bytes: wanted.max_bytes.max(1),
             max_delay: wanted.max_delay,
         };
         info!(sink = %self.name(), "sink started");
@@ -550,7 +563,8 @@ impl SinkRunner {
                 sequences: take.sequences(),
             })
             .await;
-        self.in_flight.push(take, short);
+        let pipelining = member.pipelining;
+        self.in_flight.push(take, short, &pipelining);
         match sent {
             Ok(()) => Flow::Continue,
             Err(e) => {
@@ -668,8 +682,9 @@ impl SinkRunner {
                     if error.is_permanent() && self.member().dead_letter.is_some() =>
                 {
                     // This member's destination refuses events of them: find those.
+                    let pipelining = self.member().pipelining;
                     for take in rest {
-                        self.in_flight.push(take, false);
+                        self.in_flight.push(take, false, &pipelining);
                     }
                     return self.sift(error).await;
                 }
@@ -880,8 +895,11 @@ impl SinkRunner {
             let since = Instant::now();
             self.member().ctx.metrics.delivery_started(since.into_std());
             let mut sent = Vec::new();
-            let mut events = 0;
-            while sent.len() < bounds.max_batches && events < bounds.max_events {
+            let (mut events, mut bytes) = (0, 0);
+            while sent.len() < bounds.max_batches
+                && events < bounds.max_events
+                && bytes < bounds.max_bytes
+            {
                 let Some(take) = takes.pop_front() else {
                     break;
                 };
@@ -896,6 +914,7 @@ impl SinkRunner {
                     })
                     .await;
                 events += n;
+                bytes += bytes_of(take.as_ref(), &bounds);
                 sent.push(take);
                 if let Err(e) = result {
                     self.member().ctx.metrics.delivery_ended();

@@ -57,6 +57,7 @@ pub(crate) use path::{PathTemplate, TimeOptions};
 pub(crate) const PIPELINING: Pipelining = Pipelining {
     max_batches: 16,
     max_events: 20_000,
+    max_bytes: usize::MAX,
     max_delay: Duration::from_millis(100),
 };
 

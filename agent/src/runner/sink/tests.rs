@@ -152,6 +152,7 @@ fn pipelined(log: &Log, max_batches: usize) -> PipelinedSink {
         pipelining: Pipelining {
             max_batches,
             max_events: usize::MAX,
+            max_bytes: usize::MAX,
             max_delay: Duration::from_secs(3600),
         },
         failing_flushes: Vec::new(),
@@ -405,6 +406,7 @@ impl Sink for RefusingSink {
         Pipelining {
             max_batches: 4,
             max_events: 1000,
+            max_bytes: usize::MAX,
             max_delay: Duration::from_secs(1),
         }
     }
@@ -670,6 +672,22 @@ async fn flushes_once_the_most_events_are_in_flight() {
         expected(&[
             "send e0, send e10, send e20, flush, commit e0, commit e10, commit e20",
             "send e30, flush, commit e30",
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn flushes_once_the_most_bytes_are_in_flight() {
+    let log = Log::default();
+    let mut sink = pipelined(&log, 100);
+    // Batches of ten events: e0..e9 hold 20 bytes, the others 30 each.
+    sink.pipelining.max_bytes = 45;
+    drain_through(sink, &log, 40, None).await;
+    assert_eq!(
+        lines(&log),
+        expected(&[
+            "send e0, send e10, flush, commit e0, commit e10",
+            "send e20, send e30, flush, commit e20, commit e30",
         ])
     );
 }
