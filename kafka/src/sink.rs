@@ -6,8 +6,8 @@
 //! and returns, so the runner takes the next batch while Kafka acknowledges the earlier ones;
 //! [`Sink::flush`] waits until every record sent since the last flush is safe. The runner
 //! flushes once `transaction_max_events` events or `transaction_max_bytes` bytes are in
-//! flight, `transaction_max_delay` after
-//! the first send, or when the channel has nothing more ready, and only then commits the takes.
+//! flight, `transaction_max_delay` after the first send, or when the channel has nothing more
+//! ready, and only then commits the takes.
 //! A flush waits on one counter of the records sent since the last one, and a full producer
 //! queue waits for room (see [`crate::client`]).
 //!

@@ -519,9 +519,9 @@ impl Gathering {
         if self.parts.iter().all(|p| p.owned) {
             return 0;
         }
-        let owned: Vec<bool> = self.owners.iter().map(|&i| self.parts[i].owned).collect();
-        let mut keep = owned.iter();
-        self.events.retain(|_| *keep.next().unwrap_or(&false));
+        let mut owners = self.owners.iter();
+        self.events
+            .retain(|_| owners.next().is_some_and(|&i| self.parts[i].owned));
         self.owners.retain(|&i| self.parts[i].owned);
         before - self.events.len()
     }
