@@ -147,7 +147,7 @@ channels:
         .iter()
         .zip([("INFO", "1065910455000"), ("WARN", "1065910457000")])
     {
-        let names: Vec<&str> = event.headers.keys().map(String::as_str).collect();
+        let names: Vec<&str> = event.headers.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["eid", "level", "pos", "ts"], "{event:?}");
         assert_eq!(event.headers["level"], level);
         assert_eq!(event.headers["ts"], ts);

@@ -50,11 +50,11 @@ pub fn dead_letter(event: &Event, reason: &str, sink: &str, channel: &str) -> Ev
         }
         reason.truncate(end);
     }
-    letter.headers.insert(REASON_HEADER.into(), reason);
+    letter.headers.set(REASON_HEADER, reason);
     letter.headers.insert(SINK_HEADER.into(), sink.into());
     letter.headers.insert(CHANNEL_HEADER.into(), channel.into());
-    letter.headers.insert(
-        TIME_HEADER.into(),
+    letter.headers.set(
+        TIME_HEADER,
         humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
     );
     letter

@@ -5,9 +5,15 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use bytes::Bytes;
+pub use compact_str::{CompactString, ToCompactString, format_compact};
 
 /// Event headers: string keys to string values, as in Flume, in key order (so output that
 /// prints headers is deterministic).
+///
+/// Keys and values are [`CompactString`]s: a string of up to 24 bytes (a header name, a
+/// topic, a partition, an offset, a timestamp) is stored inline, without an allocation of its
+/// own; a longer one is on the heap as a `String` would be. `CompactString` derefs to `str`
+/// and converts from `&str`, `String` and integers (`to_compact_string`).
 ///
 /// The map is shared and copied on write: cloning `Headers` costs a reference count, not an
 /// allocation, so the events of one tailed file (or of one decoded channel batch) can carry
@@ -23,15 +29,18 @@ use bytes::Bytes;
 /// assert!(a.shares_with(&b));
 /// b.insert("host".into(), "web-1".into()); // b gets its own copy
 /// assert_eq!(a.len(), 1);
-/// assert_eq!(b.get("host").map(String::as_str), Some("web-1"));
+/// assert_eq!(b.get("host").map(|v| v.as_str()), Some("web-1"));
 /// ```
 ///
 /// No headers at all cost no allocation.
 #[derive(Clone, Default)]
-pub struct Headers(Option<Arc<BTreeMap<String, String>>>);
+pub struct Headers(Option<Arc<HeaderMap>>);
+
+/// The map `Headers` reads as.
+pub type HeaderMap = BTreeMap<CompactString, CompactString>;
 
 /// What empty `Headers` read as.
-static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+static EMPTY: HeaderMap = BTreeMap::new();
 
 impl Headers {
     /// No headers.
@@ -55,10 +64,25 @@ impl Headers {
             .as_ref()
             .is_some_and(|map| Arc::strong_count(map) > 1)
     }
+
+    /// A header's value as a `&str`.
+    pub fn value(&self, key: &str) -> Option<&str> {
+        self.get(key).map(CompactString::as_str)
+    }
+
+    /// Sets a header from anything that converts into a [`CompactString`] (`&str`, `String`,
+    /// ...), returning the value it replaces.
+    pub fn set(
+        &mut self,
+        key: impl Into<CompactString>,
+        value: impl Into<CompactString>,
+    ) -> Option<CompactString> {
+        self.insert(key.into(), value.into())
+    }
 }
 
 impl Deref for Headers {
-    type Target = BTreeMap<String, String>;
+    type Target = HeaderMap;
 
     fn deref(&self) -> &Self::Target {
         self.0.as_deref().unwrap_or(&EMPTY)
@@ -92,27 +116,37 @@ impl std::fmt::Debug for Headers {
     }
 }
 
-impl From<BTreeMap<String, String>> for Headers {
-    fn from(map: BTreeMap<String, String>) -> Self {
+impl From<HeaderMap> for Headers {
+    fn from(map: HeaderMap) -> Self {
         Self((!map.is_empty()).then(|| Arc::new(map)))
     }
 }
 
-impl FromIterator<(String, String)> for Headers {
-    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
-        Self::from(iter.into_iter().collect::<BTreeMap<_, _>>())
+impl From<BTreeMap<String, String>> for Headers {
+    fn from(map: BTreeMap<String, String>) -> Self {
+        map.into_iter().collect()
     }
 }
 
-impl Extend<(String, String)> for Headers {
-    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, iter: I) {
-        (**self).extend(iter);
+impl<K: Into<CompactString>, V: Into<CompactString>> FromIterator<(K, V)> for Headers {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        Self::from(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect::<HeaderMap>(),
+        )
+    }
+}
+
+impl<K: Into<CompactString>, V: Into<CompactString>> Extend<(K, V)> for Headers {
+    fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
+        (**self).extend(iter.into_iter().map(|(k, v)| (k.into(), v.into())));
     }
 }
 
 impl<'a> IntoIterator for &'a Headers {
-    type Item = (&'a String, &'a String);
-    type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
+    type Item = (&'a CompactString, &'a CompactString);
+    type IntoIter = std::collections::btree_map::Iter<'a, CompactString, CompactString>;
 
     fn into_iter(self) -> Self::IntoIter {
         (**self).iter()
@@ -120,8 +154,8 @@ impl<'a> IntoIterator for &'a Headers {
 }
 
 impl IntoIterator for Headers {
-    type Item = (String, String);
-    type IntoIter = std::collections::btree_map::IntoIter<String, String>;
+    type Item = (CompactString, CompactString);
+    type IntoIter = std::collections::btree_map::IntoIter<CompactString, CompactString>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.0
@@ -139,7 +173,7 @@ impl serde::Serialize for Headers {
 
 impl<'de> serde::Deserialize<'de> for Headers {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        BTreeMap::deserialize(deserializer).map(Self::from)
+        HeaderMap::deserialize(deserializer).map(Self::from)
     }
 }
 

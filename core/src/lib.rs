@@ -56,7 +56,7 @@ pub use bytes::Bytes;
 pub use channel::{Channel, ChannelError, MeteredChannel, PutBatch, TakeTransaction};
 pub use checkpoint::{Checkpoint, CheckpointStore, CheckpointStoreError, MemoryCheckpointStore};
 pub use config::{ComponentConfig, ComponentKind, ConfigError};
-pub use event::{Event, Headers};
+pub use event::{CompactString, Event, HeaderMap, Headers, ToCompactString, format_compact};
 pub use interceptor::Interceptor;
 pub use metrics::{ComponentMetrics, Counter, Failure, Items, Latency, LatencySnapshot};
 pub use registry::Registry;

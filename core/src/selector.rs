@@ -102,8 +102,8 @@ impl ChannelSelector {
                 for event in events {
                     let route = event
                         .headers
-                        .get(header)
-                        .and_then(|value| mapping.get(value))
+                        .get(header.as_str())
+                        .and_then(|value| mapping.get(value.as_str()))
                         .unwrap_or(default);
                     let targets: Vec<(usize, bool)> = route
                         .required

@@ -1061,9 +1061,9 @@ fn decode_headers(mut bytes: &[u8]) -> Result<Headers, String> {
         let raw = take(bytes, 4)?;
         Ok(u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize)
     }
-    fn take_str(bytes: &mut &[u8]) -> Result<String, String> {
+    fn take_str(bytes: &mut &[u8]) -> Result<crate::CompactString, String> {
         let n = take_u32(bytes)?;
-        String::from_utf8(take(bytes, n)?.to_vec()).map_err(|_| "header is not UTF-8".into())
+        crate::CompactString::from_utf8(take(bytes, n)?).map_err(|_| "header is not UTF-8".into())
     }
     let count = take_u32(&mut bytes)?;
     for _ in 0..count {
@@ -1083,7 +1083,7 @@ mod tests {
 
     fn event(i: u32) -> Event {
         let mut e = Event::from_body(format!("event {i}"));
-        e.headers.insert("n".into(), i.to_string());
+        e.headers.set("n", i.to_string());
         e
     }
 

@@ -732,7 +732,7 @@ mod tests {
             events: (from..to)
                 .map(|i| {
                     let mut e = Event::from_body(format!("e{i}"));
-                    e.headers.insert("n".into(), i.to_string());
+                    e.headers.set("n", i.to_string());
                     e
                 })
                 .collect(),

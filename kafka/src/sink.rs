@@ -294,7 +294,7 @@ impl KafkaSink {
     /// Only a template makes a new string.
     fn topic_of<'a>(&'a self, event: &'a Event) -> Cow<'a, str> {
         if self.config.allow_topic_override
-            && let Some(topic) = event.headers.get(&self.config.topic_header)
+            && let Some(topic) = event.headers.get(self.config.topic_header.as_str())
         {
             return Cow::Borrowed(topic);
         }
@@ -311,7 +311,11 @@ impl KafkaSink {
         let Some(header) = &self.config.partition_id_header else {
             return self.config.default_partition_id;
         };
-        match event.headers.get(header).map(|v| (v, v.parse::<i32>())) {
+        match event
+            .headers
+            .get(header.as_str())
+            .map(|v| (v, v.parse::<i32>()))
+        {
             Some((_, Ok(partition))) if partition >= 0 => Some(partition),
             Some((value, _)) => {
                 tracing::warn!(header = %header, value = %value, "not a partition number; the default partitioning applies");
@@ -331,7 +335,7 @@ fn fill_template(template: &str, event: &Event) -> String {
         match rest[start + 2..].find('}') {
             Some(end) => {
                 let name = &rest[start + 2..start + 2 + end];
-                out.push_str(event.headers.get(name).map_or("", String::as_str));
+                out.push_str(event.headers.value(name).unwrap_or(""));
                 rest = &rest[start + 3 + end..];
             }
             None => {
@@ -363,7 +367,7 @@ impl KafkaSink {
             if !event.headers.is_empty() {
                 record = record.headers(headers::record_headers(event));
             }
-            if let Some(key) = event.headers.get(&self.config.key_header) {
+            if let Some(key) = event.headers.get(self.config.key_header.as_str()) {
                 record = record.key(key.as_bytes());
             }
             if let Some(partition) = self.partition_of(event) {

@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use ferry_core::{
-    Checkpoint, ComponentConfig, ConfigError, Event, Source, SourceContext, SourceError,
-    async_trait,
+    Checkpoint, CompactString, ComponentConfig, ConfigError, Event, Source, SourceContext,
+    SourceError, ToCompactString, async_trait, format_compact,
 };
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{
@@ -543,32 +543,44 @@ impl Gathering {
 
 /// The record's event: its Kafka headers, then where it was read; with `position`, that header
 /// holds `topic-partition-offset`.
+///
+/// The names are static and the values (a topic name, numbers) short enough to be stored inline,
+/// so a record's headers cost the map and no allocation per header.
 fn event_of(message: &impl Message, position: Option<&str>) -> Event {
     let mut event = headers::event_of(message, true);
-    let mut read = Vec::with_capacity(6);
-    read.push(("topic".to_owned(), message.topic().to_owned()));
-    read.push(("partition".to_owned(), message.partition().to_string()));
-    read.push(("offset".to_owned(), message.offset().to_string()));
+    let headers = &mut *event.headers;
+    headers.insert(
+        CompactString::const_new("topic"),
+        CompactString::from(message.topic()),
+    );
+    headers.insert(
+        CompactString::const_new("partition"),
+        message.partition().to_compact_string(),
+    );
+    headers.insert(
+        CompactString::const_new("offset"),
+        message.offset().to_compact_string(),
+    );
     if let Some(ts) = message.timestamp().to_millis() {
-        read.push(("timestamp".to_owned(), ts.to_string()));
+        headers.insert(
+            CompactString::const_new("timestamp"),
+            ts.to_compact_string(),
+        );
     }
     if let Some(key) = message.key() {
-        read.push(("key".to_owned(), String::from_utf8_lossy(key).into_owned()));
+        headers.insert(
+            CompactString::const_new("key"),
+            CompactString::from_utf8_lossy(key),
+        );
     }
     if let Some(header) = position {
-        let id = format!(
+        let id = format_compact!(
             "{}-{}-{}",
             message.topic(),
             message.partition(),
             message.offset()
         );
-        read.push((header.to_owned(), id));
-    }
-    if event.headers.is_empty() {
-        // One map built at once (the usual record has no headers of its own).
-        event.headers = read.into_iter().collect();
-    } else {
-        event.headers.extend(read);
+        headers.insert(header.into(), id);
     }
     event
 }

@@ -223,7 +223,7 @@ mod tests {
         assert_eq!(post(&running.url, body).await, (200, String::new()));
         let events = channel.events();
         assert_eq!(events.len(), 3);
-        assert_eq!(events[0].headers.get("a").map(String::as_str), Some("1"));
+        assert_eq!(events[0].headers.value("a"), Some("1"));
         assert_eq!(&events[0].body[..], b"first");
         assert_eq!(&events[1].body[..], b"second");
         assert!(events[2].body.is_empty() && events[2].headers.is_empty());

@@ -72,7 +72,7 @@ impl Source for NetcatUdpSource {
         crate::datagrams::receive(&ctx, socket, |datagram, peer, events| {
             let mut headers = ferry_core::Headers::new();
             if let Some(key) = &header {
-                headers.insert(key.clone(), peer.to_string());
+                headers.set(key.clone(), peer.to_string());
             }
             // The lines of one datagram share their headers.
             events.extend(

@@ -91,7 +91,7 @@ impl Source for SeqSource {
                 .map(|i| {
                     let mut event = Event::from_body(i.to_string());
                     if let Some(key) = ctx.position_header() {
-                        event.headers.insert(key.to_owned(), i.to_string());
+                        event.headers.set(key.to_owned(), i.to_string());
                     }
                     event
                 })

@@ -196,7 +196,7 @@ async fn list(
 
 /// One line for an event: `17 time=... sink=... channel=... reason="..." body="..." (N bytes)`.
 fn describe(seq: u64, event: &Event, body_bytes: usize) -> String {
-    let header = |name: &str| event.headers.get(name).map_or("-", String::as_str);
+    let header = |name: &str| event.headers.value(name).unwrap_or("-");
     let shown = &event.body[..event.body.len().min(body_bytes)];
     format!(
         "{seq} time={} sink={} channel={} reason={:?} body={:?} ({} bytes)",

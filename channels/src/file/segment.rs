@@ -5,7 +5,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use ferry_core::{Bytes, Event, Headers};
+use ferry_core::{Bytes, CompactString, Event, Headers};
 
 use super::log::LogError;
 
@@ -249,10 +249,11 @@ impl Reader<'_> {
         Ok(self.payload.slice(range))
     }
 
-    fn string(&mut self) -> Result<String, String> {
+    /// A header key or value: up to 24 bytes inline, without an allocation.
+    fn string(&mut self) -> Result<CompactString, String> {
         let n = self.u32()? as usize;
         let range = self.take(n)?;
-        String::from_utf8(self.payload[range].to_vec()).map_err(|_| "a header is not UTF-8".into())
+        CompactString::from_utf8(&self.payload[range]).map_err(|_| "a header is not UTF-8".into())
     }
 }
 

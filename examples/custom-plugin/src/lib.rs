@@ -83,7 +83,7 @@ impl Source for Ticker {
             let events = (next..end)
                 .map(|n| {
                     let mut event = Event::from_body(format!("{} {n}", self.config.message));
-                    event.headers.insert("n".into(), n.to_string());
+                    event.headers.set("n", n.to_string());
                     event
                 })
                 .collect();

@@ -1,7 +1,7 @@
 //! Flume headers ↔ Kafka record headers. A Flume header is a string pair; a Kafka header's
 //! value is bytes, read back as UTF-8 (lossy) and an absent value as the empty string.
 
-use ferry_core::Event;
+use ferry_core::{CompactString, Event};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 
 /// The Kafka record headers of `event`'s Flume headers.
@@ -24,11 +24,9 @@ pub(crate) fn event_of(message: &impl Message, with_headers: bool) -> Event {
         for header in headers.iter() {
             let value = header
                 .value
-                .map(String::from_utf8_lossy)
+                .map(CompactString::from_utf8_lossy)
                 .unwrap_or_default();
-            event
-                .headers
-                .insert(header.key.to_owned(), value.into_owned());
+            event.headers.insert(header.key.into(), value);
         }
     }
     event

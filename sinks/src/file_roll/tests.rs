@@ -391,7 +391,7 @@ fn event_at(day: &str, host: &str, body: &str) -> Event {
         .unwrap()
         .as_millisecond();
     let mut event = Event::from_body(body.to_owned());
-    event.headers.insert("timestamp".into(), millis.to_string());
+    event.headers.set("timestamp", millis.to_string());
     event.headers.insert("host".into(), host.into());
     event
 }

@@ -24,7 +24,6 @@
 //! into Parquet at roll by [`super::parquet::staging_to_parquet`], which reads them back with
 //! [`decode_json_line`].
 
-use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use base64::Engine;
@@ -128,7 +127,7 @@ pub(crate) fn default_suffix(format: Format, compression: Compression) -> &'stat
 
 /// Reads one `json` line (with or without its `\n`) back into its headers and body: the body
 /// from `"body"`, or decoded from `"body_base64"`.
-pub(crate) fn decode_json_line(line: &[u8]) -> io::Result<(BTreeMap<String, String>, Vec<u8>)> {
+pub(crate) fn decode_json_line(line: &[u8]) -> io::Result<(ferry_core::HeaderMap, Vec<u8>)> {
     let line: JsonLineIn =
         serde_json::from_slice(line).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let body = match (line.body, line.body_base64) {
@@ -244,7 +243,7 @@ impl Serialize for Base64<'_> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonLineIn {
-    headers: BTreeMap<String, String>,
+    headers: ferry_core::HeaderMap,
     body: Option<String>,
     body_base64: Option<String>,
 }

@@ -24,7 +24,7 @@
 //! (pyarrow reads the file, but its full validation and conversion to Python strings fail on
 //! that value; cast to `binary` it gives the bytes).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
@@ -122,7 +122,11 @@ struct HeaderColumn {
 fn header_columns(input: &Path) -> io::Result<Vec<HeaderColumn>> {
     let mut names = BTreeSet::new();
     for_each_line(input, |headers, _| {
-        names.extend(headers.into_keys());
+        names.extend(
+            headers
+                .into_keys()
+                .map(ferry_core::CompactString::into_string),
+        );
         Ok(())
     })?;
     let mut columns: Vec<HeaderColumn> = names
@@ -149,7 +153,7 @@ fn header_columns(input: &Path) -> io::Result<Vec<HeaderColumn>> {
 /// decode is an error naming the file and the line.
 fn for_each_line(
     path: &Path,
-    mut f: impl FnMut(BTreeMap<String, String>, Vec<u8>) -> io::Result<()>,
+    mut f: impl FnMut(ferry_core::HeaderMap, Vec<u8>) -> io::Result<()>,
 ) -> io::Result<()> {
     let file = File::open(path).map_err(|e| with_path(e, "cannot open", path))?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
@@ -231,15 +235,15 @@ impl RowGroupBuffer {
     fn push(
         &mut self,
         columns: &[HeaderColumn],
-        headers: &BTreeMap<String, String>,
+        headers: &ferry_core::HeaderMap,
         body: &[u8],
     ) -> io::Result<()> {
         let mut found = 0;
         for (buffer, column) in self.headers.iter_mut().zip(columns) {
-            let value = headers.get(&column.header);
+            let value = headers.get(column.header.as_str());
             found += usize::from(value.is_some());
-            self.bytes += value.map_or(0, String::len);
-            buffer.push(value.map(String::as_bytes));
+            self.bytes += value.map_or(0, |v| v.len());
+            buffer.push(value.map(|v| v.as_bytes()));
         }
         if found != headers.len() {
             return Err(io::Error::new(

@@ -410,7 +410,7 @@ impl PathTemplate {
                     .ok_or_else(|| PathError::MissingTimestamp {
                         template: self.template.clone(),
                     })?;
-            let bad = || PathError::BadTimestamp(value.clone());
+            let bad = || PathError::BadTimestamp(value.to_string());
             let millis = value.parse::<i64>().map_err(|_| bad())?;
             (
                 millis,

@@ -70,7 +70,7 @@ fn set_header(events: &mut [Event], key: &str, value: &str, preserve_existing: b
         events,
         |headers| !(preserve_existing && headers.contains_key(key)),
         |headers| {
-            headers.insert(key.to_owned(), value.to_owned());
+            headers.set(key.to_owned(), value.to_owned());
         },
     );
 }
@@ -135,14 +135,11 @@ mod tests {
         );
         assert_eq!(file.get("host"), None);
         for event in &events[..3] {
-            assert_eq!(event.headers.get("host").map(String::as_str), Some("web-1"));
-            assert_eq!(
-                event.headers.get("file").map(String::as_str),
-                Some("/var/log/a.log")
-            );
+            assert_eq!(event.headers.value("host"), Some("web-1"));
+            assert_eq!(event.headers.value("file"), Some("/var/log/a.log"));
         }
         assert_eq!(
-            events[3].headers.get("host").map(String::as_str),
+            events[3].headers.value("host"),
             Some("kept"),
             "preserve_existing keeps an existing header"
         );

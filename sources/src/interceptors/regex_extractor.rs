@@ -133,7 +133,7 @@ impl Interceptor for RegexExtractorInterceptor {
                 let Some(group) = group else { continue };
                 let text = String::from_utf8_lossy(group.as_bytes());
                 if let Some(value) = serializer.serialize(&text) {
-                    event.headers.insert(name.clone(), value);
+                    event.headers.set(name.clone(), value);
                 }
             }
         }

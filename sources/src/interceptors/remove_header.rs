@@ -102,7 +102,7 @@ mod tests {
     }
 
     fn names(event: &Event) -> Vec<&str> {
-        event.headers.keys().map(String::as_str).collect()
+        event.headers.keys().map(|k| k.as_str()).collect()
     }
 
     fn build(yaml: &str) -> RemoveHeaderInterceptor {

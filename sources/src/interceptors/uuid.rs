@@ -57,11 +57,11 @@ impl Interceptor for UuidInterceptor {
         } = &self.config;
         // One value per event, so one map per event: nothing to share.
         for event in &mut events {
-            if *preserve_existing && event.headers.contains_key(header_name) {
+            if *preserve_existing && event.headers.contains_key(header_name.as_str()) {
                 continue;
             }
             let id = format!("{prefix}{}", ::uuid::Uuid::new_v4());
-            event.headers.insert(header_name.clone(), id);
+            event.headers.set(header_name.clone(), id);
         }
         events
     }

@@ -98,14 +98,14 @@ impl SpooldirSource {
         let mut headers = Headers::new();
         if self.config.file_header {
             let path = std::path::absolute(&file.name).unwrap_or_else(|_| file.name.clone());
-            headers.insert(
+            headers.set(
                 self.config.file_header_key.clone(),
                 path.to_string_lossy().into_owned(),
             );
         }
         if self.config.basename_header {
             let name = file.name.file_name().unwrap_or_default();
-            headers.insert(
+            headers.set(
                 self.config.basename_header_key.clone(),
                 name.to_string_lossy().into_owned(),
             );
@@ -227,7 +227,7 @@ fn to_events(
             if let Some((key, file)) = &position {
                 event
                     .headers
-                    .insert((*key).to_owned(), format!("{file}-{offset}"));
+                    .set((*key).to_owned(), format!("{file}-{offset}"));
             }
             event
         })

@@ -124,14 +124,8 @@ async fn renames_completed_files() {
         ["a1", "a2", "b1", "b2", "b3", "long", " lin", "e"]
     );
     let events = running.channel.events();
-    assert_eq!(
-        events[2].headers.get("file").map(String::as_str),
-        Some(b.to_str().unwrap())
-    );
-    assert_eq!(
-        events[2].headers.get("basename").map(String::as_str),
-        Some("b.csv")
-    );
+    assert_eq!(events[2].headers.value("file"), Some(b.to_str().unwrap()));
+    assert_eq!(events[2].headers.value("basename"), Some("b.csv"));
     // The start mark alone; a: one full batch; b: a batch of 2 and one of 1; c: 2 and 1.
     assert_eq!(running.channel.batches(), 6);
     let state = SpoolState::decode(&running.stop().await.unwrap()).unwrap();

@@ -45,6 +45,6 @@ fn client_headers(
     peer: std::net::SocketAddr,
 ) {
     if let Some(key) = ip_header {
-        event.headers.insert(key.to_owned(), peer.ip().to_string());
+        event.headers.set(key.to_owned(), peer.ip().to_string());
     }
 }

@@ -120,8 +120,8 @@ fn event_at(message: &[u8], cut: bool, keep: KeepFields, now: i64) -> Event {
         return Event::new(headers, Bytes::copy_from_slice(message));
     };
     let value: u32 = pri.parse().unwrap_or(0);
-    headers.insert("Facility".into(), (value / 8).to_string());
-    headers.insert("Severity".into(), (value % 8).to_string());
+    headers.set("Facility", (value / 8).to_string());
+    headers.set("Severity", (value % 8).to_string());
     if cut {
         headers.insert(STATUS_HEADER.into(), "Incomplete".into());
     }
@@ -129,15 +129,15 @@ fn event_at(message: &[u8], cut: bool, keep: KeepFields, now: i64) -> Event {
     let Some(parsed) = parsed else {
         return Event::new(headers, Bytes::copy_from_slice(message));
     };
-    headers.insert("priority".into(), parsed.priority.to_owned());
+    headers.set("priority", parsed.priority.to_owned());
     if let Some(version) = parsed.version {
-        headers.insert("version".into(), version.to_owned());
+        headers.set("version", version.to_owned());
     }
     if let Some(millis) = parsed.timestamp.1 {
-        headers.insert("timestamp".into(), millis.to_string());
+        headers.set("timestamp", millis.to_string());
     }
     if let Some(host) = parsed.hostname {
-        headers.insert("host".into(), host.to_owned());
+        headers.set("host", host.to_owned());
     }
     let body = if keep.all {
         Bytes::copy_from_slice(message)

@@ -357,7 +357,7 @@ impl Port {
         if let Some(key) = &self.settings.port_header {
             event
                 .headers
-                .insert(key.clone(), self.local.port().to_string());
+                .set(key.clone(), self.local.port().to_string());
         }
         event
     }

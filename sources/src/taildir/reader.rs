@@ -71,10 +71,10 @@ impl<'a> Batch<'a> {
     /// configured.
     fn push(&mut self, mut headers: Headers, body: Bytes, offset: u64, position: Option<String>) {
         if self.options.byte_offset_header {
-            headers.insert("byteoffset".into(), offset.to_string());
+            headers.set("byteoffset", offset.to_string());
         }
         if let (Some(key), Some(position)) = (&self.options.position_header, position) {
-            headers.insert(key.clone(), position);
+            headers.set(key.clone(), position);
         }
         self.events.push(Event::new(headers, body));
     }
@@ -174,7 +174,7 @@ impl TailedFile {
             .get_or_insert_with(|| {
                 let mut headers = batch.group_headers.get(group).cloned().unwrap_or_default();
                 if let Some(key) = &batch.options.file_header_key {
-                    headers.insert(key.clone(), path.to_string_lossy().into_owned());
+                    headers.set(key.clone(), path.to_string_lossy().into_owned());
                 }
                 headers
             })

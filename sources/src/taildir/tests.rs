@@ -144,12 +144,9 @@ async fn reads_lines_with_headers_and_follows_appends() {
     let path = log.display().to_string();
     let expected_offsets = ["0", "5", "9"];
     for (event, offset) in events.iter().zip(expected_offsets) {
-        assert_eq!(event.headers.get("file"), Some(&path));
-        assert_eq!(event.headers.get("topic").map(String::as_str), Some("app"));
-        assert_eq!(
-            event.headers.get("byteoffset").map(String::as_str),
-            Some(offset)
-        );
+        assert_eq!(event.headers.value("file"), Some(path.as_str()));
+        assert_eq!(event.headers.value("topic"), Some("app"));
+        assert_eq!(event.headers.value("byteoffset"), Some(offset));
     }
     let checkpoint = running.stop().await.unwrap();
     assert_eq!(offsets(&checkpoint), BTreeMap::from([(path, 15)]));
@@ -253,7 +250,7 @@ async fn rotated_while_stopped_is_read_to_its_end_after_restart() {
     assert!(
         events
             .iter()
-            .all(|e| e.headers.get("kind").map(String::as_str) == Some("log")),
+            .all(|e| e.headers.value("kind") == Some("log")),
         "the rotated file keeps the headers of its group: {events:?}"
     );
     second.stop().await;
@@ -401,8 +398,8 @@ async fn multiline_joins_stack_traces() {
     let events = running.channel.events();
     let second_offset = STACK_TRACE.len() - lines[6].len() - 1;
     assert_eq!(
-        events[1].headers.get("byteoffset"),
-        Some(&second_offset.to_string())
+        events[1].headers.value("byteoffset"),
+        Some(second_offset.to_string().as_str())
     );
     let checkpoint = running.stop().await.unwrap();
     assert_eq!(

@@ -480,18 +480,9 @@ async fn refused_events_among_pipelined_batches_are_dead_lettered_and_the_rest_d
         .collect();
     assert_eq!(dead, refused);
     let first = &letters[0].headers;
-    assert_eq!(
-        first.get("ferry.dead_letter.reason").map(String::as_str),
-        Some("refused e7")
-    );
-    assert_eq!(
-        first.get("ferry.dead_letter.sink").map(String::as_str),
-        Some("api")
-    );
-    assert_eq!(
-        first.get("ferry.dead_letter.channel").map(String::as_str),
-        Some("buffer")
-    );
+    assert_eq!(first.value("ferry.dead_letter.reason"), Some("refused e7"));
+    assert_eq!(first.value("ferry.dead_letter.sink"), Some("api"));
+    assert_eq!(first.value("ferry.dead_letter.channel"), Some("buffer"));
     assert!(first.contains_key("ferry.dead_letter.time"));
     assert_eq!(metrics.counter("EventDeadLetteredCount").get(), 4);
     assert_eq!(metrics.counter("EventDrainSuccessCount").get(), 46);
@@ -570,10 +561,7 @@ async fn a_standby_that_refuses_events_of_a_handed_over_batch_dead_letters_them(
     let letters = dead_letter.take(10, Duration::ZERO).await.unwrap();
     assert_eq!(letters.events().len(), 1);
     assert_eq!(
-        letters.events()[0]
-            .headers
-            .get("ferry.dead_letter.sink")
-            .map(String::as_str),
+        letters.events()[0].headers.value("ferry.dead_letter.sink"),
         Some("standby")
     );
 }
