@@ -943,6 +943,38 @@ mod tests {
     }
 
     #[test]
+    fn a_transaction_must_be_allowed_an_event_and_a_byte() {
+        let err = KafkaSink::build(&config(
+            "bootstrap_servers: h:1\ntopic: t\ntransaction_max_events: 0\ntransaction_max_bytes: 0",
+        ))
+        .unwrap_err();
+        let problems: Vec<_> = err
+            .into_all()
+            .into_iter()
+            .map(|e| (e.message, e.location.map(|l| l.line)))
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                (
+                    "`transaction_max_events` must be at least 1".to_owned(),
+                    Some(3)
+                ),
+                (
+                    "`transaction_max_bytes` must be at least 1 byte".to_owned(),
+                    Some(4)
+                ),
+            ]
+        );
+        let sink = KafkaSink::build(&config(
+            "bootstrap_servers: h:1\ntopic: t\ntransaction_max_events: 1\ntransaction_max_bytes: 1 KiB",
+        ))
+        .unwrap();
+        let bounds = sink.pipelining();
+        assert_eq!((bounds.max_events, bounds.max_bytes), (1, 1024));
+    }
+
+    #[test]
     fn bad_options_name_the_closest_value() {
         let err = KafkaSink::build(&config("bootstrap_servers: h:1\nacks: al")).unwrap_err();
         assert!(err.message.contains("did you mean `all`"), "{err:?}");
