@@ -1128,6 +1128,63 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_rebalance_gives_up_every_partition_and_the_records_gathered_from_them() {
+        let source = KafkaSource::build(&config(
+            "kafka",
+            "bootstrap_servers: 127.0.0.1:1\ntopics: [t]\ngroup_id: g",
+        ))
+        .unwrap();
+        let channel = TestChannel::new(10, 10);
+        let (ctx, _shutdown) = context_with(
+            &channel,
+            "kafka-in",
+            Arc::new(MemoryCheckpointStore::default()),
+        );
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let assignments = Arc::new(AtomicU64::new(1));
+        let tp = |p: i32| ("t".to_owned(), p);
+        {
+            let mut state = shared.lock().unwrap();
+            state.assigned.insert(tp(0), 1);
+            state.assigned.insert(tp(1), 1);
+            state.starts.insert(tp(0), 10);
+        }
+        let context = RebalanceContext {
+            token: source.connection.context(),
+            source: "kafka-in".into(),
+            ctx,
+            shared: Arc::clone(&shared),
+            assignments: Arc::clone(&assignments),
+        };
+        let consumer: BaseConsumer<RebalanceContext> =
+            source.client.create_with_context(context).unwrap();
+        let mut batch = Gathering::default();
+        let part = batch.add_part(tp(0), 1, None);
+        batch.push(part, 10, Event::from_body("a10"));
+
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition("t", 0);
+        consumer
+            .context()
+            .rebalance(&consumer, RDKafkaRespErr::RD_KAFKA_RESP_ERR__FAIL, &mut tpl);
+
+        assert_eq!(
+            assignments.load(Ordering::Acquire),
+            2,
+            "an assignment change"
+        );
+        let state = shared.lock().unwrap();
+        assert!(state.assigned.is_empty() && state.starts.is_empty());
+        assert_eq!(state.revoked, [tp(0), tp(1)].into_iter().collect());
+        assert_eq!(
+            batch.keep_owned(&state),
+            1,
+            "the gathered record is dropped"
+        );
+        assert_eq!(batch.len(), 0);
+    }
+
+    #[test]
     fn bad_options_are_reported_with_their_key() {
         let err = KafkaSource::build(&config("kafka", "bootstrap_servers: h:1")).unwrap_err();
         assert!(err.message.contains("topics"), "{err:?}");
