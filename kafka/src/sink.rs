@@ -34,7 +34,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ferry_core::{
     ComponentConfig, ConfigError, Event, Pipelining, Sink, SinkBatch, SinkContext, SinkError,
@@ -361,9 +361,16 @@ impl KafkaSink {
         producer: &Producer,
         events: impl Iterator<Item = &'a Event> + Send,
     ) -> Result<(), ClientError> {
+        // The records' CreateTime: one clock read per batch rather than librdkafka's per record.
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as i64);
         for event in events {
             let topic = self.topic_of(event);
-            let mut record = producer.record(&topic).payload(&event.body[..]);
+            let mut record = producer
+                .record(&topic)
+                .payload(&event.body[..])
+                .timestamp(now);
             if !event.headers.is_empty() {
                 record = record.headers(headers::record_headers(event));
             }
@@ -657,7 +664,8 @@ impl Sink for KafkaSink {
 mod tests {
     use super::*;
     use crate::client::Connection;
-    use crate::test_support::committed_bodies;
+    use crate::test_support::{committed_bodies, committed_records};
+    use rdkafka::Timestamp;
     use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 
     fn config(yaml: &str) -> ComponentConfig {
@@ -834,6 +842,13 @@ mod tests {
         ))
         .await;
         let events = numbered(0, 300);
+        let epoch_ms = || {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64
+        };
+        let before = epoch_ms();
         for chunk in events.chunks(100) {
             sink.send(SinkBatch {
                 events: chunk,
@@ -843,8 +858,21 @@ mod tests {
             .unwrap();
         }
         sink.flush().await.unwrap();
+        let after = epoch_ms();
         assert_eq!(sink.producer.as_ref().map(Producer::outstanding), Some(0));
-        assert_eq!(committed_bodies(&bootstrap, "out"), names(0, 300));
+        let records = committed_records(&bootstrap, "out");
+        let bodies: Vec<String> = records.iter().map(|(body, _)| body.clone()).collect();
+        assert_eq!(bodies, names(0, 300));
+        // Each record carries its CreateTime, read once per batch while the batch was queued.
+        for (body, timestamp) in &records {
+            let Timestamp::CreateTime(ms) = *timestamp else {
+                panic!("{body}: {timestamp:?}, not a CreateTime");
+            };
+            assert!(
+                (before..=after).contains(&ms),
+                "{body}: {ms} not in {before}..={after}"
+            );
+        }
         broker.shutdown().await;
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ferry_broker::{Broker, BrokerConfig, BrokerHandle};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{Offset, Timestamp, TopicPartitionList};
 
 use crate::client::{Connection, GroupConsumer};
 
@@ -30,6 +30,14 @@ pub async fn start_broker(dir: &Path, partitions: i32) -> (BrokerHandle, String)
 /// Bodies a read_committed consumer finds in partition 0 of `topic`, from its beginning, once
 /// nothing more arrives for 2 s.
 pub fn committed_bodies(bootstrap: &str, topic: &str) -> Vec<String> {
+    committed_records(bootstrap, topic)
+        .into_iter()
+        .map(|(body, _)| body)
+        .collect()
+}
+
+/// The bodies and timestamps of [`committed_bodies`]' records.
+pub fn committed_records(bootstrap: &str, topic: &str) -> Vec<(String, Timestamp)> {
     let consumer: BaseConsumer = Connection::plaintext(bootstrap)
         .consumer_config("reader")
         .create()
@@ -38,18 +46,19 @@ pub fn committed_bodies(bootstrap: &str, topic: &str) -> Vec<String> {
     tpl.add_partition_offset(topic, 0, Offset::Beginning)
         .expect("offset Beginning is valid");
     consumer.assign(&tpl).expect("assigning a partition");
-    let mut bodies = Vec::new();
+    let mut records = Vec::new();
     let mut quiet = 0;
     while quiet < 10 {
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 quiet = 0;
-                bodies.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into());
+                let body = String::from_utf8_lossy(m.payload().unwrap_or_default()).into();
+                records.push((body, m.timestamp()));
             }
             _ => quiet += 1,
         }
     }
-    bodies
+    records
 }
 
 /// The metadata of `group`'s committed offset of partition 0 of `topic` (empty when none): an
