@@ -10,11 +10,13 @@
 //! the next one is initialised anew, which settles whatever state the transaction was in.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
-use rdkafka::producer::Producer as _;
+use rdkafka::producer::{Producer as _, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::producer::DeliveryReports;
 use super::security::TokenContext;
 use super::{CALL_TIMEOUT, ClientError, GroupConsumer, Producer, call_blocking};
 
@@ -24,6 +26,21 @@ pub(crate) struct GroupOffset {
     pub(crate) topic: String,
     pub(crate) offset: i64,
     pub(crate) metadata: String,
+}
+
+/// Waits (a second at most) until librdkafka counts no record in flight.
+///
+/// Every record was reported when this is called, but librdkafka counts a record in flight
+/// until the event that reported it is destroyed, just after the delivery callbacks return.
+/// rust-rdkafka's `commit_transaction` flushes first, and a flush that finds a record in flight
+/// polls the producer's queue in steps of 100 ms, a queue whose events the producer's own
+/// polling thread takes: a commit that came a few microseconds early lost 100 ms (one in three
+/// commits of 50,000 records, measured in the shipped pipeline).
+fn settle(producer: &ThreadedProducer<DeliveryReports>) {
+    let until = Instant::now() + Duration::from_secs(1);
+    while producer.in_flight_count() > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_micros(50));
+    }
 }
 
 /// A transactional producer and whether a transaction is open.
@@ -84,6 +101,7 @@ impl TransactionalProducer {
             None => None,
         };
         call_blocking("committing the transaction", move || {
+            settle(&producer);
             if let (Some(offset), Some(group_metadata)) = (offset, group_metadata) {
                 let mut offsets = TopicPartitionList::new();
                 let mut entry = offsets.add_partition(&offset.topic, 0);
