@@ -419,8 +419,13 @@ impl KafkaSink {
         let mut client = self.client.clone();
         client.set("transactional.id", &id);
         let session = TransactionalProducer::init(&client, self.connection.context()).await?;
-        let delivered = read_progress(&self.connection, &id, &topic).await?;
-        self.progress = Some(Arc::new(GroupConsumer::new(&self.connection, &id)?));
+        // One consumer of the progress group reads the progress and then lends the group's
+        // metadata to the transactions (destroying a consumer takes librdkafka 100 ms).
+        let progress = Arc::new(GroupConsumer::new(&self.connection, &id)?);
+        let delivered = read_progress(&progress, &topic).await?;
+        if let Some(old) = self.progress.replace(progress) {
+            tokio::task::spawn_blocking(move || drop(old));
+        }
         tracing::info!(transactional_id = %id, last_delivered = %encode_runs(&delivered), "kafka sink ready for exactly-once delivery");
         self.session = Some(session);
         self.delivered = Some(delivered);
@@ -570,12 +575,8 @@ fn decode_runs(text: &str) -> Option<Runs> {
 
 /// The channel sequence numbers the last committed transaction delivered: the metadata of the
 /// progress group's committed offset on partition 0 of the progress topic (none at first).
-async fn read_progress(
-    connection: &Connection,
-    group: &str,
-    topic: &str,
-) -> Result<Runs, SinkError> {
-    let consumer = GroupConsumer::new(connection, group)?;
+async fn read_progress(consumer: &Arc<GroupConsumer>, topic: &str) -> Result<Runs, SinkError> {
+    let consumer = Arc::clone(consumer);
     let topic = topic.to_owned();
     let metadata = call_blocking("reading the sink's progress", move || {
         Ok(consumer.committed_metadata(&topic, 0))
@@ -754,7 +755,8 @@ mod tests {
             "bootstrap_servers: {bootstrap}\ntopic: out\ndelivery: exactly_once\ntransactional_id: t1"
         );
         let connection = Connection::plaintext(&bootstrap);
-        let progress = || read_progress(&connection, "t1", "ferry-sink-progress");
+        let group = Arc::new(GroupConsumer::new(&connection, "t1").unwrap());
+        let progress = || read_progress(&group, "ferry-sink-progress");
         let events = numbered(0, 400);
         let seqs: Vec<u64> = (1000..1400).collect();
         let batch = |from: usize, to: usize| SinkBatch {

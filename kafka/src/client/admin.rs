@@ -21,10 +21,12 @@ pub(crate) async fn create_topic(
         .map_err(|e| ClientError::kafka("creating an admin client", e))?;
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
     let options = AdminOptions::new().request_timeout(Some(CALL_TIMEOUT));
-    let results = admin
-        .create_topics([&new], &options)
-        .await
-        .map_err(|e| ClientError::kafka(context(), e))?;
+    let results = admin.create_topics([&new], &options).await;
+    // Dropping an admin client joins its polling thread, which polls in steps of 100 ms: that
+    // wait is for a blocking thread, not for the caller (whose start it delayed by 100 ms) nor
+    // an async worker.
+    tokio::task::spawn_blocking(move || drop(admin));
+    let results = results.map_err(|e| ClientError::kafka(context(), e))?;
     for result in results {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
