@@ -299,9 +299,18 @@ impl SpoolFile {
         }
         let completed = completed_path(&self.path, suffix);
         // A hard link fails if the name exists, where a rename would replace it; a crash
-        // between the two steps leaves both names, which the next listing finishes.
+        // between the two steps leaves both names, which the next listing (or, for the file
+        // a checkpoint names, its completion on resume) finishes.
         match std::fs::hard_link(&self.path, &completed) {
             Ok(()) => std::fs::remove_file(&self.path),
+            // This file's own completion, interrupted between the link and the removal (and
+            // resumed from a checkpoint naming it): finish that.
+            Err(e)
+                if e.kind() == io::ErrorKind::AlreadyExists
+                    && std::fs::metadata(&completed).is_ok_and(|m| FileKey::of(&m) == self.key) =>
+            {
+                std::fs::remove_file(&self.path)
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 format!(

@@ -182,6 +182,37 @@ async fn resumes_from_the_completed_name_when_stopped_right_after_completing() {
 }
 
 #[tokio::test]
+async fn a_completion_stopped_between_its_link_and_its_removal_is_finished_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = spool(dir.path(), "data.txt", "1\n2\n3\n", 0);
+    let handle = std::fs::File::open(&file).unwrap();
+    let key = FileKey::of(&handle.metadata().unwrap());
+    let fingerprint = Fingerprint::of(&handle, 6).unwrap();
+    // Every event was sent and the completed name linked; the agent died before removing the
+    // old name, and its checkpoint still names the file at its end.
+    std::fs::hard_link(&file, completed(&file)).unwrap();
+    let state = SpoolState {
+        current: Some(Current {
+            path: file.clone(),
+            key,
+            fingerprint,
+            offset: 6,
+        }),
+        failed: Vec::new(),
+        mark: None,
+    };
+    let running = start(&options(dir.path(), ""), Some(state.encode()));
+    until("the old name is removed", || !exists(&file)).await;
+    assert!(exists(&completed(&file)));
+    spool(dir.path(), "next.txt", "n\n", 0);
+    until("the next file is read", || running.channel.len() == 1).await;
+    assert_eq!(running.channel.bodies(), ["n"]);
+    let checkpoint = running.stop().await.unwrap();
+    let state = SpoolState::decode(&checkpoint).unwrap();
+    assert!(state.failed.is_empty(), "nothing reported as failed");
+}
+
+#[tokio::test]
 async fn with_a_memory_channel_files_completed_after_the_saved_checkpoint_are_read_again() {
     let dir = tempfile::tempdir().unwrap();
     let old = dir.path().join("old.csv.COMPLETED");
