@@ -843,6 +843,17 @@ fn s3_a_full_staging_disk_fails_health_naming_the_file_and_delivery_resumes_once
     wait_until(Duration::from_secs(60), "the first 1000 lines up", || {
         server.read_lines(BUCKET, "").len() == 1000
     });
+    // The uploaded file's staging copy is removed just after the upload: removed after the
+    // disk was filled, it would free room for the next lines, which would then go up.
+    wait_until(
+        Duration::from_secs(30),
+        "the uploaded staging file removed",
+        || {
+            std::fs::read_dir(&staging)
+                .map(|entries| entries.count() == 0)
+                .unwrap_or(true)
+        },
+    );
 
     let filler = disk.path.join("filler");
     fill(&filler);
