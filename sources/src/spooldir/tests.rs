@@ -93,6 +93,22 @@ async fn until(what: &str, mut condition: impl FnMut() -> bool) {
     panic!("timed out waiting until {what}");
 }
 
+/// The state of a source reading `file` (as it is now, whole) up to `offset`.
+fn reading(file: &Path, offset: u64) -> SpoolState {
+    let handle = std::fs::File::open(file).unwrap();
+    let metadata = handle.metadata().unwrap();
+    SpoolState {
+        current: Some(Current {
+            path: file.to_owned(),
+            key: FileKey::of(&metadata),
+            fingerprint: Fingerprint::of(&handle, metadata.len()).unwrap(),
+            offset,
+        }),
+        failed: Vec::new(),
+        mark: None,
+    }
+}
+
 fn exists(path: &Path) -> bool {
     path.exists()
 }
@@ -157,21 +173,9 @@ async fn resumes_partly_read_file() {
 async fn resumes_from_the_completed_name_when_stopped_right_after_completing() {
     let dir = tempfile::tempdir().unwrap();
     let file = spool(dir.path(), "data.txt", "1\n2\n3\n", 0);
-    let handle = std::fs::File::open(&file).unwrap();
-    let key = FileKey::of(&handle.metadata().unwrap());
-    let fingerprint = Fingerprint::of(&handle, 6).unwrap();
+    let state = reading(&file, 2);
     // Completed, but with a memory channel the last batch was not delivered yet.
     std::fs::rename(&file, completed(&file)).unwrap();
-    let state = SpoolState {
-        current: Some(Current {
-            path: file.clone(),
-            key,
-            fingerprint,
-            offset: 2,
-        }),
-        failed: Vec::new(),
-        mark: None,
-    };
     let running = start(&options(dir.path(), ""), Some(state.encode()));
     until("the rest is sent", || running.channel.len() == 2).await;
     assert_eq!(running.channel.bodies(), ["2", "3"]);
@@ -185,22 +189,10 @@ async fn resumes_from_the_completed_name_when_stopped_right_after_completing() {
 async fn a_completion_stopped_between_its_link_and_its_removal_is_finished_on_resume() {
     let dir = tempfile::tempdir().unwrap();
     let file = spool(dir.path(), "data.txt", "1\n2\n3\n", 0);
-    let handle = std::fs::File::open(&file).unwrap();
-    let key = FileKey::of(&handle.metadata().unwrap());
-    let fingerprint = Fingerprint::of(&handle, 6).unwrap();
+    let state = reading(&file, 6);
     // Every event was sent and the completed name linked; the agent died before removing the
     // old name, and its checkpoint still names the file at its end.
     std::fs::hard_link(&file, completed(&file)).unwrap();
-    let state = SpoolState {
-        current: Some(Current {
-            path: file.clone(),
-            key,
-            fingerprint,
-            offset: 6,
-        }),
-        failed: Vec::new(),
-        mark: None,
-    };
     let running = start(&options(dir.path(), ""), Some(state.encode()));
     until("the old name is removed", || !exists(&file)).await;
     assert!(exists(&completed(&file)));
