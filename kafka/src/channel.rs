@@ -438,11 +438,14 @@ impl Channel for KafkaChannel {
         };
         let mut events = Vec::new();
         let mut offsets: Vec<(i32, i64)> = Vec::new();
-        let mut deadline = tokio::time::Instant::now() + wait;
+        // One timer per take, looked at only when no record is ready.
+        let deadline = tokio::time::sleep(wait);
+        tokio::pin!(deadline);
         while events.len() < max.min(self.config.transaction_capacity) {
             let message = tokio::select! {
+                biased;
                 m = consumer.recv() => m,
-                _ = tokio::time::sleep_until(deadline) => break,
+                _ = &mut deadline => break,
             };
             let message = match message {
                 Ok(message) => message,
@@ -470,7 +473,9 @@ impl Channel for KafkaChannel {
             ));
             offsets.push((message.partition(), message.offset()));
             if events.len() == 1 {
-                deadline = tokio::time::Instant::now() + self.config.poll_timeout;
+                deadline
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + self.config.poll_timeout);
             }
         }
         // Every record read is in this take or a committed one (a rolled back take seeks back,

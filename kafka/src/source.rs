@@ -639,12 +639,18 @@ impl Source for KafkaSource {
         // Per partition, the assignment under which a record was last read.
         let mut read: HashMap<Tp, u64> = HashMap::new();
         while !shutdown.is_triggered() {
-            let deadline = tokio::time::Instant::now() + self.config.batch_duration;
+            // One timer and one shutdown waiter per batch, looked at only when no record is
+            // ready (a record already fetched is taken without touching either).
+            let deadline = tokio::time::sleep(self.config.batch_duration);
+            tokio::pin!(deadline);
+            let stopping = shutdown.wait();
+            tokio::pin!(stopping);
             while batch.len() < self.config.batch_size {
                 let received = tokio::select! {
+                    biased;
                     received = consumer.recv() => received,
-                    _ = tokio::time::sleep_until(deadline) => break,
-                    _ = shutdown.wait() => break,
+                    _ = &mut deadline => break,
+                    _ = &mut stopping => break,
                 };
                 // A rebalance runs inside `recv`: drop what was gathered from partitions this
                 // consumer no longer owns, or owns again since a newer assignment.
