@@ -18,7 +18,7 @@ pub use compact_str::{CompactString, ToCompactString, format_compact};
 /// The map is shared and copied on write: cloning `Headers` costs a reference count, not an
 /// allocation, so the events of one tailed file (or of one decoded channel batch) can carry
 /// the same headers for the price of one map. Reading goes through `Deref` to the
-/// [`BTreeMap`]; changing it (`insert`, `remove`, ... through `DerefMut`) first copies the map
+/// [`HeaderMap`] (a map kept as one sorted vector); changing it (`insert`, `remove`, ... through `DerefMut`) first copies the map
 /// if another event shares it.
 ///
 /// ```
@@ -36,11 +36,10 @@ pub use compact_str::{CompactString, ToCompactString, format_compact};
 #[derive(Clone, Default)]
 pub struct Headers(Option<Arc<HeaderMap>>);
 
-/// The map `Headers` reads as.
-pub type HeaderMap = BTreeMap<CompactString, CompactString>;
+pub use crate::header_map::HeaderMap;
 
 /// What empty `Headers` read as.
-static EMPTY: HeaderMap = BTreeMap::new();
+static EMPTY: HeaderMap = HeaderMap::new();
 
 impl Headers {
     /// No headers.
@@ -130,11 +129,7 @@ impl From<BTreeMap<String, String>> for Headers {
 
 impl<K: Into<CompactString>, V: Into<CompactString>> FromIterator<(K, V)> for Headers {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        Self::from(
-            iter.into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect::<HeaderMap>(),
-        )
+        Self::from(iter.into_iter().collect::<HeaderMap>())
     }
 }
 
@@ -146,7 +141,7 @@ impl<K: Into<CompactString>, V: Into<CompactString>> Extend<(K, V)> for Headers 
 
 impl<'a> IntoIterator for &'a Headers {
     type Item = (&'a CompactString, &'a CompactString);
-    type IntoIter = std::collections::btree_map::Iter<'a, CompactString, CompactString>;
+    type IntoIter = crate::header_map::Iter<'a>;
 
     fn into_iter(self) -> Self::IntoIter {
         (**self).iter()
@@ -155,7 +150,7 @@ impl<'a> IntoIterator for &'a Headers {
 
 impl IntoIterator for Headers {
     type Item = (CompactString, CompactString);
-    type IntoIter = std::collections::btree_map::IntoIter<CompactString, CompactString>;
+    type IntoIter = std::vec::IntoIter<(CompactString, CompactString)>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.0

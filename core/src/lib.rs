@@ -30,6 +30,7 @@ pub mod channel;
 pub mod checkpoint;
 pub mod config;
 pub mod event;
+pub mod header_map;
 pub mod interceptor;
 pub mod metrics;
 pub mod properties;

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use ferry_core::{
-    Checkpoint, CompactString, ComponentConfig, ConfigError, Event, Source, SourceContext,
+    Checkpoint, CompactString, ComponentConfig, ConfigError, Event, Headers, Source, SourceContext,
     SourceError, ToCompactString, async_trait, format_compact,
 };
 use rdkafka::config::ClientConfig;
@@ -547,28 +547,27 @@ impl Gathering {
 /// The names are static and the values (a topic name, numbers) short enough to be stored inline,
 /// so a record's headers cost the map and no allocation per header.
 fn event_of(message: &impl Message, position: Option<&str>) -> Event {
-    let mut event = headers::event_of(message, true);
-    let headers = &mut *event.headers;
-    headers.insert(
+    let mut map = headers::header_map(message, 6);
+    map.insert(
         CompactString::const_new("topic"),
         CompactString::from(message.topic()),
     );
-    headers.insert(
+    map.insert(
         CompactString::const_new("partition"),
         message.partition().to_compact_string(),
     );
-    headers.insert(
+    map.insert(
         CompactString::const_new("offset"),
         message.offset().to_compact_string(),
     );
     if let Some(ts) = message.timestamp().to_millis() {
-        headers.insert(
+        map.insert(
             CompactString::const_new("timestamp"),
             ts.to_compact_string(),
         );
     }
     if let Some(key) = message.key() {
-        headers.insert(
+        map.insert(
             CompactString::const_new("key"),
             CompactString::from_utf8_lossy(key),
         );
@@ -580,9 +579,9 @@ fn event_of(message: &impl Message, position: Option<&str>) -> Event {
             message.partition(),
             message.offset()
         );
-        headers.insert(header.into(), id);
+        map.insert(header.into(), id);
     }
-    event
+    Event::new(Headers::from(map), headers::body_of(message))
 }
 
 #[async_trait]

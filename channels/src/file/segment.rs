@@ -5,7 +5,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use ferry_core::{Bytes, CompactString, Event, Headers};
+use ferry_core::{Bytes, CompactString, Event, HeaderMap, Headers};
 
 use super::log::LogError;
 
@@ -204,13 +204,16 @@ fn decode_events(payload: &Bytes, count: u64) -> Result<Vec<Event>, String> {
                 None => return Err("the first event refers to headers before it".into()),
             },
             n => {
-                let mut headers = Headers::new();
+                // Written in key order, so each header goes at the end. (Each takes 8 bytes or
+                // more: a count past what is left is a corrupt frame, found below.)
+                let room = (payload.len() - reader.at) / 8;
+                let mut headers = HeaderMap::with_capacity((n as usize).min(room));
                 for _ in 0..n {
                     let key = reader.string()?;
                     let value = reader.string()?;
                     headers.insert(key, value);
                 }
-                headers
+                Headers::from(headers)
             }
         };
         let len = reader.u32()? as usize;

@@ -1,8 +1,8 @@
 //! Flume headers ↔ Kafka record headers. A Flume header is a string pair; a Kafka header's
 //! value is bytes, read back as UTF-8 (lossy) and an absent value as the empty string.
 
-use ferry_core::{CompactString, Event};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use ferry_core::{Bytes, CompactString, Event, HeaderMap, Headers};
+use rdkafka::message::{Header, Headers as _, Message, OwnedHeaders};
 
 /// The Kafka record headers of `event`'s Flume headers.
 pub(crate) fn record_headers(event: &Event) -> OwnedHeaders {
@@ -19,17 +19,36 @@ pub(crate) fn record_headers(event: &Event) -> OwnedHeaders {
 /// An event of `message`'s payload, with its Kafka headers as Flume headers when
 /// `with_headers`.
 pub(crate) fn event_of(message: &impl Message, with_headers: bool) -> Event {
-    let mut event = Event::from_body(message.payload().map(<[u8]>::to_vec).unwrap_or_default());
-    if with_headers && let Some(headers) = message.headers() {
-        for header in headers.iter() {
-            let value = header
-                .value
-                .map(CompactString::from_utf8_lossy)
-                .unwrap_or_default();
-            event.headers.insert(header.key.into(), value);
-        }
+    let headers = if with_headers {
+        Headers::from(header_map(message, 0))
+    } else {
+        Headers::new()
+    };
+    Event::new(headers, body_of(message))
+}
+
+/// `message`'s payload, copied out of librdkafka's buffer.
+pub(crate) fn body_of(message: &impl Message) -> Bytes {
+    message
+        .payload()
+        .map(Bytes::copy_from_slice)
+        .unwrap_or_default()
+}
+
+/// `message`'s Kafka headers as Flume headers, with room for `extra` more.
+pub(crate) fn header_map(message: &impl Message, extra: usize) -> HeaderMap {
+    let Some(headers) = message.headers() else {
+        return HeaderMap::with_capacity(extra);
+    };
+    let mut map = HeaderMap::with_capacity(headers.count() + extra);
+    for header in headers.iter() {
+        let value = header
+            .value
+            .map(CompactString::from_utf8_lossy)
+            .unwrap_or_default();
+        map.insert(header.key.into(), value);
     }
-    event
+    map
 }
 
 #[cfg(test)]
