@@ -548,17 +548,21 @@ impl Gathering {
 /// so a record's headers cost the map and no allocation per header.
 fn event_of(message: &impl Message, position: Option<&str>) -> Event {
     let mut map = headers::header_map(message, 6);
+    // In the order of their names: each goes at the end of the record's own headers (`file`,
+    // `host`, ... sort before them), without a search.
+    if let Some(key) = message.key() {
+        map.insert(
+            CompactString::const_new("key"),
+            CompactString::from_utf8_lossy(key),
+        );
+    }
     map.insert(
-        CompactString::const_new("topic"),
-        CompactString::from(message.topic()),
+        CompactString::const_new("offset"),
+        message.offset().to_compact_string(),
     );
     map.insert(
         CompactString::const_new("partition"),
         message.partition().to_compact_string(),
-    );
-    map.insert(
-        CompactString::const_new("offset"),
-        message.offset().to_compact_string(),
     );
     if let Some(ts) = message.timestamp().to_millis() {
         map.insert(
@@ -566,12 +570,10 @@ fn event_of(message: &impl Message, position: Option<&str>) -> Event {
             ts.to_compact_string(),
         );
     }
-    if let Some(key) = message.key() {
-        map.insert(
-            CompactString::const_new("key"),
-            CompactString::from_utf8_lossy(key),
-        );
-    }
+    map.insert(
+        CompactString::const_new("topic"),
+        CompactString::from(message.topic()),
+    );
     if let Some(header) = position {
         let id = format_compact!(
             "{}-{}-{}",
