@@ -37,8 +37,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ferry_core::{
-    ComponentConfig, ConfigError, Event, Pipelining, Sink, SinkBatch, SinkContext, SinkError,
-    async_trait,
+    CompactString, ComponentConfig, ConfigError, Event, Headers, Pipelining, Sink, SinkBatch,
+    SinkContext, SinkError, async_trait,
 };
 use rdkafka::ClientConfig;
 use serde::Deserialize;
@@ -348,6 +348,14 @@ fn fill_template(template: &str, event: &Event) -> String {
     out
 }
 
+/// Where the events of one header map go.
+struct Route<'a> {
+    headers: &'a Headers,
+    topic: Cow<'a, str>,
+    key: Option<&'a CompactString>,
+    partition: Option<i32>,
+}
+
 /// Most channel batches in flight (in one transaction, with `exactly_once`). Each batch adds
 /// at least one run `first-last` to the transaction's progress record; when sinks sharing a
 /// channel interleave their takes, every batch adds one, and the record must fit Kafka's
@@ -365,19 +373,30 @@ impl KafkaSink {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_millis() as i64);
+        // An event's topic, key and partition come from its headers alone: the events sharing
+        // one header map (a tailed file's lines, a decoded channel batch) look them up once.
+        let mut routed: Option<Route<'a>> = None;
         for event in events {
-            let topic = self.topic_of(event);
+            let route = match &routed {
+                Some(route) if route.headers.shares_with(&event.headers) => route,
+                _ => &*routed.insert(Route {
+                    headers: &event.headers,
+                    topic: self.topic_of(event),
+                    key: event.headers.get(self.config.key_header.as_str()),
+                    partition: self.partition_of(event),
+                }),
+            };
             let mut record = producer
-                .record(&topic)
+                .record(&route.topic)
                 .payload(&event.body[..])
                 .timestamp(now);
             if !event.headers.is_empty() {
                 record = record.headers(headers::record_headers(event));
             }
-            if let Some(key) = event.headers.get(self.config.key_header.as_str()) {
+            if let Some(key) = route.key {
                 record = record.key(key.as_bytes());
             }
-            if let Some(partition) = self.partition_of(event) {
+            if let Some(partition) = route.partition {
                 record = record.partition(partition);
             }
             producer.send(record).await?;
@@ -665,7 +684,7 @@ impl Sink for KafkaSink {
 mod tests {
     use super::*;
     use crate::client::Connection;
-    use crate::test_support::{committed_bodies, committed_records};
+    use crate::test_support::{committed_bodies, committed_keys, committed_records};
     use rdkafka::Timestamp;
     use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 
@@ -744,6 +763,55 @@ mod tests {
 
     fn names(from: usize, to: usize) -> Vec<String> {
         (from..to).map(|i| format!("e{i}")).collect()
+    }
+
+    /// Events sharing a header map are routed once for all of them; each event still goes
+    /// where its own headers say, whatever the order of shared and unshared maps.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn events_sharing_headers_go_where_their_headers_say() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = start_broker(dir.path()).await;
+        let bootstrap = broker.local_addr().to_string();
+        let mut sink = started(&format!("bootstrap_servers: {bootstrap}\ntopic: base")).await;
+        let shared_a = event(&[("topic", "a"), ("key", "k1")]).headers;
+        let with = |headers: &Headers, body: &str| Event::new(headers.clone(), body.to_owned());
+        let b = event(&[("topic", "b")]);
+        // A copy of b's map changed after the clone: a map of its own.
+        let mut b_keyed = with(&b.headers, "e5");
+        b_keyed.headers.set("key", "k2");
+        let events = vec![
+            with(&shared_a, "e0"),
+            with(&shared_a, "e1"),
+            with(&b.headers, "e2"),
+            with(&shared_a, "e3"),
+            Event::from_body("e4"),
+            b_keyed,
+            with(&b.headers, "e6"),
+        ];
+        sink.send(SinkBatch {
+            events: &events,
+            sequences: None,
+        })
+        .await
+        .unwrap();
+        sink.flush().await.unwrap();
+        let keyed = |pairs: &[(Option<&str>, &str)]| -> Vec<(Option<String>, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.map(str::to_owned), (*v).to_owned()))
+                .collect()
+        };
+        let k1 = Some("k1");
+        assert_eq!(
+            committed_keys(&bootstrap, "a"),
+            keyed(&[(k1, "e0"), (k1, "e1"), (k1, "e3")])
+        );
+        assert_eq!(
+            committed_keys(&bootstrap, "b"),
+            keyed(&[(None, "e2"), (Some("k2"), "e5"), (None, "e6")])
+        );
+        assert_eq!(committed_keys(&bootstrap, "base"), keyed(&[(None, "e4")]));
+        broker.shutdown().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

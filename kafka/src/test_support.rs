@@ -38,6 +38,30 @@ pub fn committed_bodies(bootstrap: &str, topic: &str) -> Vec<String> {
 
 /// The bodies and timestamps of [`committed_bodies`]' records.
 pub fn committed_records(bootstrap: &str, topic: &str) -> Vec<(String, Timestamp)> {
+    read_committed(bootstrap, topic, |m| {
+        let body = String::from_utf8_lossy(m.payload().unwrap_or_default()).into();
+        (body, m.timestamp())
+    })
+}
+
+/// The keys and bodies of [`committed_bodies`]' records.
+pub fn committed_keys(bootstrap: &str, topic: &str) -> Vec<(Option<String>, String)> {
+    read_committed(bootstrap, topic, |m| {
+        let key = m.key().map(|k| String::from_utf8_lossy(k).into_owned());
+        (
+            key,
+            String::from_utf8_lossy(m.payload().unwrap_or_default()).into(),
+        )
+    })
+}
+
+/// What `read` makes of each record a read_committed consumer finds in partition 0 of
+/// `topic`, from its beginning, once nothing more arrives for 2 s.
+fn read_committed<T>(
+    bootstrap: &str,
+    topic: &str,
+    read: impl Fn(&rdkafka::message::BorrowedMessage<'_>) -> T,
+) -> Vec<T> {
     let consumer: BaseConsumer = Connection::plaintext(bootstrap)
         .consumer_config("reader")
         .create()
@@ -52,8 +76,7 @@ pub fn committed_records(bootstrap: &str, topic: &str) -> Vec<(String, Timestamp
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 quiet = 0;
-                let body = String::from_utf8_lossy(m.payload().unwrap_or_default()).into();
-                records.push((body, m.timestamp()));
+                records.push(read(&m));
             }
             _ => quiet += 1,
         }
