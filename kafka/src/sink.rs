@@ -434,14 +434,18 @@ impl KafkaSink {
         }
         let id = self.transactional_id.clone().unwrap_or_default();
         let topic = self.config.progress_topic.clone();
+        let started = std::time::Instant::now();
         create_topic(&self.connection, &topic, 1).await?;
+        let created = started.elapsed();
         let mut client = self.client.clone();
         client.set("transactional.id", &id);
         let session = TransactionalProducer::init(&client, self.connection.context()).await?;
+        let initialised = started.elapsed();
         // One consumer of the progress group reads the progress and then lends the group's
         // metadata to the transactions (destroying a consumer takes librdkafka 100 ms).
         let progress = Arc::new(GroupConsumer::new(&self.connection, &id)?);
         let delivered = read_progress(&progress, &topic).await?;
+        tracing::debug!(progress_topic = ?created, transactions = ?initialised, progress_read = ?started.elapsed(), "exactly-once start-up took");
         if let Some(old) = self.progress.replace(progress) {
             tokio::task::spawn_blocking(move || drop(old));
         }

@@ -59,6 +59,10 @@ impl TransactionalProducer {
         let producer = Producer::new(client, context)?;
         let p = producer.client().clone();
         call_blocking("initialising the transactional producer", move || {
+            // librdkafka looks for the transaction coordinator as soon as the producer exists;
+            // with no connection up yet it looks again only 500 ms later. A metadata request
+            // first waits for a connection (its failure is the initialisation's to report).
+            let _ = p.client().fetch_metadata(None, CALL_TIMEOUT);
             p.init_transactions(CALL_TIMEOUT)
         })
         .await?;
