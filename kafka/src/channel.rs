@@ -258,10 +258,13 @@ impl KafkaChannel {
         slot: &'a mut Option<TransactionalProducer>,
     ) -> Result<&'a mut TransactionalProducer, ChannelError> {
         if slot.is_none() {
-            let producer =
-                TransactionalProducer::init(&self.producer_config, self.connection().context())
-                    .await
-                    .map_err(|e| e.in_channel(&self.name))?;
+            let producer = TransactionalProducer::init(
+                &self.producer_config,
+                self.connection().context(),
+                &self.config.topic,
+            )
+            .await
+            .map_err(|e| e.in_channel(&self.name))?;
             *slot = Some(producer);
         }
         slot.as_mut()

@@ -439,7 +439,8 @@ impl KafkaSink {
         let created = started.elapsed();
         let mut client = self.client.clone();
         client.set("transactional.id", &id);
-        let session = TransactionalProducer::init(&client, self.connection.context()).await?;
+        let session =
+            TransactionalProducer::init(&client, self.connection.context(), &topic).await?;
         let initialised = started.elapsed();
         // One consumer of the progress group reads the progress and then lends the group's
         // metadata to the transactions (destroying a consumer takes librdkafka 100 ms).
@@ -631,7 +632,11 @@ impl Sink for KafkaSink {
             );
             return Ok(());
         }
-        self.producer = Some(Producer::new(&self.client, self.connection.context())?);
+        let producer = Producer::new(&self.client, self.connection.context())?;
+        if !self.topic_is_template {
+            producer.connect(&self.config.topic).await;
+        }
+        self.producer = Some(producer);
         Ok(())
     }
 

@@ -163,6 +163,29 @@ impl Producer {
         })
     }
 
+    /// Waits until the cluster has answered this producer about `topic` over a connection to
+    /// one of its brokers (two seconds at most: an unreachable cluster is for the sends, or
+    /// the transactions' initialisation, to report).
+    ///
+    /// librdkafka asks a broker for the producer id when a metadata answer comes. The first
+    /// one comes over the bootstrap connection, which librdkafka drops as soon as it knows the
+    /// brokers; found without a broker to ask, it looks again only 500 ms later (the first
+    /// record of a pipeline waited that long in about one start of five). A second answer
+    /// comes from a broker it keeps, and it asks that one.
+    pub(crate) async fn connect(&self, topic: &str) {
+        let producer = self.inner.clone();
+        let topic = topic.to_owned();
+        let _ = call_blocking("connecting to the cluster", move || {
+            for _ in 0..2 {
+                producer
+                    .client()
+                    .fetch_metadata(Some(&topic), Duration::from_secs(2))?;
+            }
+            Ok(())
+        })
+        .await;
+    }
+
     /// librdkafka's producer, for calls this module does not wrap.
     pub(crate) fn client(&self) -> &ThreadedProducer<DeliveryReports> {
         &self.inner

@@ -51,18 +51,18 @@ pub(crate) struct TransactionalProducer {
 
 impl TransactionalProducer {
     /// Creates the producer of `client` (which names its `transactional.id`) and initialises
-    /// its transactions.
+    /// its transactions, once the cluster has answered it about `topic` (see
+    /// [`Producer::connect`]: librdkafka looks for the transaction coordinator as soon as the
+    /// producer exists and, with no connection up yet, looks again only 500 ms later).
     pub(crate) async fn init(
         client: &ClientConfig,
         context: TokenContext,
+        topic: &str,
     ) -> Result<Self, ClientError> {
         let producer = Producer::new(client, context)?;
+        producer.connect(topic).await;
         let p = producer.client().clone();
         call_blocking("initialising the transactional producer", move || {
-            // librdkafka looks for the transaction coordinator as soon as the producer exists;
-            // with no connection up yet it looks again only 500 ms later. A metadata request
-            // first waits for a connection (its failure is the initialisation's to report).
-            let _ = p.client().fetch_metadata(None, CALL_TIMEOUT);
             p.init_transactions(CALL_TIMEOUT)
         })
         .await?;
