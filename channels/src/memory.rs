@@ -441,48 +441,4 @@ mod tests {
         assert_eq!(err.location.unwrap().line, 2);
         assert!(err.message.contains("larger than `capacity`"), "{err:?}");
     }
-
-    /// A source on a full channel waits; the wait is counted on the source, and the puts and
-    /// takes on the channel, by the counted channel every pipeline's channels are wrapped in.
-    #[tokio::test(start_paused = true)]
-    async fn a_source_counts_its_wait_on_a_full_channel_and_the_channel_its_puts_and_takes() {
-        use ferry_core::{MeteredChannel, Shutdown, SourceContext, SourceOptions};
-        let metered = Arc::new(MeteredChannel::new(Arc::new(channel(2, 2))));
-        let options = SourceOptions {
-            full_channel_warning: Duration::from_secs(10),
-            ..SourceOptions::new("src")
-        };
-        let source = options.metrics.clone();
-        let ctx = SourceContext::with_options(
-            "src",
-            vec![Arc::clone(&metered) as Arc<dyn Channel>],
-            Vec::new(),
-            Shutdown::new(),
-            Arc::new(MemoryCheckpointStore::default()),
-            options,
-        )
-        .unwrap();
-        let events = |n: u32| (0..n).map(|i| Event::from_body(i.to_string())).collect();
-        ctx.send(events(2), None).await.unwrap();
-        let waiting = tokio::spawn({
-            let ctx = ctx.clone();
-            async move { ctx.send(events(1), None).await }
-        });
-        tokio::time::sleep(Duration::from_secs(12)).await;
-        assert!(!waiting.is_finished(), "the channel is full");
-        let take = metered.take(2, Duration::ZERO).await.unwrap();
-        take.commit().await.unwrap();
-        waiting.await.unwrap().unwrap();
-        let waited = source.counter("ChannelFullWaitMillis").get();
-        assert!((12_000..13_000).contains(&waited), "{waited}");
-        assert_eq!(source.counter("EventAcceptedCount").get(), 3);
-        let counters = metered.metrics();
-        metered.refresh();
-        assert_eq!(counters.counter("EventPutAttemptCount").get(), 3);
-        assert_eq!(counters.counter("EventPutSuccessCount").get(), 3);
-        assert_eq!(counters.counter("EventTakeAttemptCount").get(), 2);
-        assert_eq!(counters.counter("EventTakeSuccessCount").get(), 2);
-        assert_eq!(counters.counter("ChannelSize").get(), 1);
-        assert_eq!(counters.counter("ChannelCapacity").get(), 2);
-    }
 }
