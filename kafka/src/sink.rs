@@ -1,6 +1,7 @@
 //! `kafka`: Flume's KafkaSink. Writes each event as a Kafka record, through librdkafka, to the
 //! bundled broker or any Kafka cluster. Flume headers travel as Kafka record headers; the
-//! record key comes from the `key_header` header.
+//! record key comes from the `key_header` header. Records with neither key nor partition go
+//! one channel batch to one partition of `topic`, the next batch to the next (see `Spread`).
 //!
 //! The sink pipelines: [`Sink::send`] queues the records of a channel batch on the producer
 //! and returns, so the runner takes the next batch while Kafka acknowledges the earlier ones;
@@ -33,7 +34,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ferry_core::{
@@ -198,6 +199,9 @@ pub struct KafkaSink {
     progress: Option<Arc<GroupConsumer>>,
     /// With `exactly_once`: the transaction filled since the last flush.
     open: Option<Transaction>,
+    /// The partition of each batch's records that have neither key nor partition; `None` when
+    /// librdkafka's partitioner decides (a topic template, or a `partitioner` property).
+    spread: Option<Mutex<Spread>>,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -276,8 +280,12 @@ impl KafkaSink {
         for (key, value) in &config.producer {
             client.set(key, value);
         }
+        let topic_is_template = config.topic.contains("%{");
+        let spread = (!topic_is_template && !config.producer.contains_key("partitioner"))
+            .then(|| Mutex::new(Spread::default()));
         Ok(Self {
-            topic_is_template: config.topic.contains("%{"),
+            topic_is_template,
+            spread,
             config,
             connection,
             client,
@@ -348,6 +356,38 @@ fn fill_template(template: &str, event: &Event) -> String {
     out
 }
 
+/// The partitions of the sink's topic, each channel batch's records without key or partition
+/// going to the next one in turn: what librdkafka's sticky partitioner does per `linger`, done
+/// once per batch rather than with a partition lookup and a clock read per record.
+#[derive(Debug)]
+struct Spread {
+    /// The topic's partitions when last asked; `None` while unknown (librdkafka's partitioner
+    /// decides).
+    partitions: Option<i32>,
+    /// The next batch's partition (modulo `partitions`).
+    next: u32,
+    /// When the cluster was last asked; `None` until it is, and again after a failure.
+    asked: Option<Instant>,
+}
+
+impl Default for Spread {
+    fn default() -> Self {
+        // Agents starting together begin on different partitions.
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.subsec_nanos());
+        Self {
+            partitions: None,
+            next: seed ^ std::process::id(),
+            asked: None,
+        }
+    }
+}
+
+/// How often the sink asks how many partitions its topic has, so that partitions added while
+/// it runs get records (librdkafka refreshes its own metadata every 5 minutes).
+const SPREAD_REFRESH: Duration = Duration::from_secs(60);
+
 /// Where the events of one header map go.
 struct Route<'a> {
     headers: &'a Headers,
@@ -373,18 +413,25 @@ impl KafkaSink {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_millis() as i64);
+        let spread = self.batch_partition(producer).await;
         // An event's topic, key and partition come from its headers alone: the events sharing
         // one header map (a tailed file's lines, a decoded channel batch) look them up once.
         let mut routed: Option<Route<'a>> = None;
         for event in events {
             let route = match &routed {
                 Some(route) if route.headers.shares_with(&event.headers) => route,
-                _ => &*routed.insert(Route {
-                    headers: &event.headers,
-                    topic: self.topic_of(event),
-                    key: event.headers.get(self.config.key_header.as_str()),
-                    partition: self.partition_of(event),
-                }),
+                _ => {
+                    let topic = self.topic_of(event);
+                    let key = event.headers.get(self.config.key_header.as_str());
+                    // A record with a key goes where librdkafka hashes it.
+                    let spread = spread.filter(|_| key.is_none() && topic == self.config.topic);
+                    &*routed.insert(Route {
+                        headers: &event.headers,
+                        partition: self.partition_of(event).or(spread),
+                        topic,
+                        key,
+                    })
+                }
             };
             let mut record = producer
                 .record(&route.topic)
@@ -402,6 +449,28 @@ impl KafkaSink {
             producer.send(record).await?;
         }
         Ok(())
+    }
+
+    /// The partition of this batch's records that have neither key nor partition, when the
+    /// sink spreads them itself (see [`Spread`]); asks the cluster first when it never has, or
+    /// not for [`SPREAD_REFRESH`].
+    async fn batch_partition(&self, producer: &Producer) -> Option<i32> {
+        let spread = self.spread.as_ref()?;
+        let lock = || spread.lock().unwrap_or_else(|e| e.into_inner());
+        let stale = lock()
+            .asked
+            .is_none_or(|asked| asked.elapsed() >= SPREAD_REFRESH);
+        if stale {
+            let partitions = producer.partition_count(&self.config.topic).await;
+            let mut spread = lock();
+            spread.partitions = partitions;
+            spread.asked = Some(Instant::now());
+        }
+        let mut spread = lock();
+        let partitions = spread.partitions?;
+        let partition = spread.next % partitions.unsigned_abs();
+        spread.next = partition.wrapping_add(1);
+        i32::try_from(partition).ok()
     }
 
     /// With `at_least_once`: queues the batch's records.
@@ -545,6 +614,11 @@ impl KafkaSink {
     /// is replaced.
     async fn discard(&mut self) {
         self.open = None;
+        if let Some(spread) = &self.spread {
+            // Ask again before the next batch: the topic may have changed (recreated with
+            // fewer partitions, say).
+            spread.lock().unwrap_or_else(|e| e.into_inner()).asked = None;
+        }
         if let Some(session) = self.session.take() {
             session.abort().await;
             self.delivered = None;
@@ -693,7 +767,9 @@ impl Sink for KafkaSink {
 mod tests {
     use super::*;
     use crate::client::Connection;
-    use crate::test_support::{committed_bodies, committed_keys, committed_records};
+    use crate::test_support::{
+        committed_bodies, committed_bodies_by_partition, committed_keys, committed_records,
+    };
     use rdkafka::Timestamp;
     use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 
@@ -821,6 +897,93 @@ mod tests {
         );
         assert_eq!(committed_keys(&bootstrap, "base"), keyed(&[(None, "e4")]));
         broker.shutdown().await;
+    }
+
+    /// Each batch's records without key or partition go to one partition, the next batch's to
+    /// the next one; keyed records and named partitions go where they did before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_batch_goes_to_the_next_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, bootstrap) = crate::test_support::start_broker(dir.path(), 3).await;
+        let mut sink = started(&format!(
+            "bootstrap_servers: {bootstrap}\ntopic: spread\ndelivery: exactly_once\n\
+             transactional_id: spread"
+        ))
+        .await;
+        let events = numbered(0, 60);
+        let seqs: Vec<u64> = (0..60).collect();
+        for from in (0..60).step_by(10) {
+            sink.send(SinkBatch {
+                events: &events[from..from + 10],
+                sequences: Some(&seqs[from..from + 10]),
+            })
+            .await
+            .unwrap();
+        }
+        // Keyed records, and records naming their partition, in one more batch.
+        let mut pinned = vec![
+            event(&[("key", "k")]),
+            event(&[("key", "k")]),
+            event(&[("partition", "1")]),
+        ];
+        for (i, e) in pinned.iter_mut().enumerate() {
+            e.body = format!("pinned{i}").into();
+        }
+        sink.config.partition_id_header = Some("partition".into());
+        sink.send(SinkBatch {
+            events: &pinned,
+            sequences: Some(&[60, 61, 62]),
+        })
+        .await
+        .unwrap();
+        sink.flush().await.unwrap();
+
+        let found = committed_bodies_by_partition(&bootstrap, "spread", 3);
+        let partition_of = |body: &str| {
+            found
+                .iter()
+                .position(|bodies| bodies.iter().any(|b| b == body))
+                .unwrap_or_else(|| panic!("{body} is in no partition: {found:?}"))
+        };
+        let batches: Vec<usize> = (0..60)
+            .step_by(10)
+            .map(|from| {
+                let partition = partition_of(&format!("e{from}"));
+                for i in from..from + 10 {
+                    assert_eq!(partition_of(&format!("e{i}")), partition, "{found:?}");
+                }
+                partition
+            })
+            .collect();
+        for pair in batches.windows(2) {
+            assert_eq!(pair[1], (pair[0] + 1) % 3, "batches went to {batches:?}");
+        }
+        assert_eq!(partition_of("pinned0"), partition_of("pinned1"));
+        assert_eq!(partition_of("pinned2"), 1);
+        assert_eq!(found.iter().map(Vec::len).sum::<usize>(), 63, "{found:?}");
+        broker.shutdown().await;
+    }
+
+    /// A `partitioner` property leaves every record to librdkafka's partitioner, as does a
+    /// topic template (the sink only spreads records over its one configured topic).
+    #[test]
+    fn a_partitioner_property_or_a_topic_template_leaves_partitions_to_librdkafka() {
+        let build = |yaml: &str| KafkaSink::build(&config(yaml)).unwrap();
+        assert!(
+            build("bootstrap_servers: 127.0.0.1:9092\ntopic: t")
+                .spread
+                .is_some()
+        );
+        assert!(
+            build("bootstrap_servers: 127.0.0.1:9092\ntopic: t\nproducer: {partitioner: murmur2_random}")
+                .spread
+                .is_none()
+        );
+        assert!(
+            build("bootstrap_servers: 127.0.0.1:9092\ntopic: t-%{app}")
+                .spread
+                .is_none()
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,6 +55,22 @@ pub fn committed_keys(bootstrap: &str, topic: &str) -> Vec<(Option<String>, Stri
     })
 }
 
+/// The bodies a read_committed consumer finds in each of the first `partitions` partitions of
+/// `topic`, from their beginning, once nothing more arrives for 2 s.
+pub fn committed_bodies_by_partition(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<Vec<String>> {
+    (0..partitions)
+        .map(|partition| {
+            read_committed_in(bootstrap, topic, partition, |m| {
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).into()
+            })
+        })
+        .collect()
+}
+
 /// What `read` makes of each record a read_committed consumer finds in partition 0 of
 /// `topic`, from its beginning, once nothing more arrives for 2 s.
 fn read_committed<T>(
@@ -62,12 +78,22 @@ fn read_committed<T>(
     topic: &str,
     read: impl Fn(&rdkafka::message::BorrowedMessage<'_>) -> T,
 ) -> Vec<T> {
+    read_committed_in(bootstrap, topic, 0, read)
+}
+
+/// [`read_committed`] in `partition`.
+fn read_committed_in<T>(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    read: impl Fn(&rdkafka::message::BorrowedMessage<'_>) -> T,
+) -> Vec<T> {
     let consumer: BaseConsumer = Connection::plaintext(bootstrap)
         .consumer_config("reader")
         .create()
         .expect("a consumer of the test's broker");
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+    tpl.add_partition_offset(topic, partition, Offset::Beginning)
         .expect("offset Beginning is valid");
     consumer.assign(&tpl).expect("assigning a partition");
     let mut records = Vec::new();

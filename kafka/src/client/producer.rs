@@ -186,6 +186,27 @@ impl Producer {
         .await;
     }
 
+    /// How many partitions `topic` has, asked of the cluster (two seconds at most); `None` when
+    /// it cannot tell (unreachable, or no such topic yet).
+    pub(crate) async fn partition_count(&self, topic: &str) -> Option<i32> {
+        let producer = self.inner.clone();
+        let topic = topic.to_owned();
+        call_blocking("reading the topic's partitions", move || {
+            let metadata = producer
+                .client()
+                .fetch_metadata(Some(&topic), Duration::from_secs(2))?;
+            Ok(metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none())
+                .and_then(|t| i32::try_from(t.partitions().len()).ok()))
+        })
+        .await
+        .ok()
+        .flatten()
+        .filter(|&n| n > 0)
+    }
+
     /// librdkafka's producer, for calls this module does not wrap.
     pub(crate) fn client(&self) -> &ThreadedProducer<DeliveryReports> {
         &self.inner
