@@ -2,7 +2,7 @@
 //! committed end, take commits, deletion of taken segments, recovery and migration. Every
 //! method blocks (file I/O, fsync, SQLite): call them from `spawn_blocking`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -103,6 +103,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(super) struct LogOptions {
     pub(super) durability: Durability,
     pub(super) max_file_size: u64,
+    /// Most bytes of committed events kept in memory for the reader (see [`Recent`]).
+    pub(super) recent_bytes: usize,
 }
 
 /// A fully taken active segment at least this large is left for a new one at the next put, so
@@ -128,6 +130,8 @@ struct WriteState {
     checkpoints: Vec<(String, Checkpoint)>,
     /// Events appended since the last commit.
     pending_events: u64,
+    /// The frames appended since the last commit, with their events, for [`Recent`].
+    pending_frames: Vec<RecentFrame>,
     /// Appends so far; an append is committed once `committed_gen` reaches its number.
     written_gen: u64,
     committed_gen: u64,
@@ -146,6 +150,8 @@ struct Group {
     new_segments: Vec<u64>,
     checkpoints: Vec<(String, Checkpoint)>,
     added: u64,
+    /// Its frames, to serve from memory once committed.
+    frames: Vec<RecentFrame>,
     /// The active segment, to sync, and the end to record.
     file: Option<Arc<File>>,
     end: (u64, u64),
@@ -198,6 +204,60 @@ struct IndexState {
     taken_seq: u64,
     /// Ranges taken for good above `taken_seq`.
     taken: BTreeSet<(u64, u64)>,
+    /// Committed frames whose events are still in memory.
+    recent: Recent,
+}
+
+/// The events of the frames committed last, as the puts gave them: a read that reaches such a
+/// frame takes its events from here instead of reading and decoding the segment (the sink of a
+/// channel that keeps up reads what was just put). Only committed frames are here, in log
+/// order; the reader drops those it has passed. At most `max_bytes` of events: a frame that
+/// does not fit is read from its segment like any other.
+#[derive(Default)]
+struct Recent {
+    frames: VecDeque<RecentFrame>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+/// A frame's place in the log and its events.
+struct RecentFrame {
+    base: u64,
+    offset: u64,
+    len: u64,
+    first_seq: u64,
+    events: Vec<Event>,
+    bytes: usize,
+}
+
+impl Recent {
+    /// Keeps `frames`, just committed, as far as they fit.
+    fn extend(&mut self, frames: Vec<RecentFrame>) {
+        for frame in frames {
+            if self.bytes + frame.bytes <= self.max_bytes {
+                self.bytes += frame.bytes;
+                self.frames.push_back(frame);
+            }
+        }
+    }
+
+    /// The frame at `offset` of segment `base`, forgetting the frames before it.
+    fn take_at(&mut self, base: u64, offset: u64) -> Option<RecentFrame> {
+        while let Some(front) = self.frames.front() {
+            if (front.base, front.offset) >= (base, offset) {
+                break;
+            }
+            let passed = self.frames.pop_front()?;
+            self.bytes -= passed.bytes;
+        }
+        let front = self.frames.front()?;
+        if (front.base, front.offset) != (base, offset) {
+            return None;
+        }
+        let frame = self.frames.pop_front()?;
+        self.bytes -= frame.bytes;
+        Some(frame)
+    }
 }
 
 /// Where takes read next, behind `Log::read`.
@@ -210,6 +270,19 @@ struct ReadState {
     /// Events taken for good before the last start, not to be served again.
     skip_below: u64,
     skip: Vec<(u64, u64)>,
+}
+
+impl ReadState {
+    /// Queues a frame's events, numbered from `first_seq`, for the takes: those not taken for
+    /// good before the last start.
+    fn queue(&mut self, first_seq: u64, events: impl IntoIterator<Item = Event>) {
+        for (seq, event) in (first_seq..).zip(events) {
+            if seq < self.skip_below || skipped(&self.skip, seq) {
+                continue;
+            }
+            self.leftover.push_back((seq, event));
+        }
+    }
 }
 
 /// A channel's segment log.
@@ -286,6 +359,7 @@ impl Log {
                 new_segments: Vec::new(),
                 checkpoints: Vec::new(),
                 pending_events: 0,
+                pending_frames: Vec::new(),
                 written_gen: 0,
                 committed_gen: 0,
                 failed_gen: 0,
@@ -299,6 +373,10 @@ impl Log {
                 next_seq: index.next_seq,
                 taken_seq: index.taken_seq,
                 taken: index.taken.iter().copied().collect(),
+                recent: Recent {
+                    max_bytes: options.recent_bytes,
+                    ..Recent::default()
+                },
             }),
             read: Mutex::new(ReadState {
                 segment,
@@ -320,15 +398,19 @@ impl Log {
     /// Appends a batch and commits it with `checkpoint` (the checkpoint of `source`), sharing
     /// the fsync and the SQLite commit with the puts appended meanwhile. Returns the sequence
     /// number of the batch's first event once it is durable.
+    ///
+    /// `events` are the batch's, kept in memory for the reader once the batch is written (see
+    /// [`Recent`]); a retried put may pass none.
     pub(super) fn append(
         &self,
         batch: &mut EncodedBatch,
+        events: &mut Vec<Event>,
         source: &str,
         checkpoint: Option<&Checkpoint>,
     ) -> Result<u64, LogError> {
         let mut w = lock(&self.write);
         let first = w.next_seq;
-        self.write_batch(&mut w, batch, first)?;
+        self.write_batch(&mut w, batch, events, first)?;
         let path = w
             .active
             .as_ref()
@@ -386,11 +468,13 @@ impl Log {
         }
     }
 
-    /// Writes `batch` as the frame of events numbered from `first` at the end of the log.
+    /// Writes `batch` as the frame of events numbered from `first` at the end of the log;
+    /// takes `events` (the batch's) for [`Recent`].
     fn write_batch(
         &self,
         w: &mut WriteState,
         batch: &mut EncodedBatch,
+        events: &mut Vec<Event>,
         first: u64,
     ) -> Result<(), LogError> {
         self.make_room(w, batch.len())?;
@@ -409,8 +493,20 @@ impl Log {
             return Err(LogError::io(&path, "writing", e));
         }
         active.len += batch.len();
+        let base = active.base;
         w.next_seq += batch.count();
         w.pending_events += batch.count();
+        if events.len() as u64 == batch.count() {
+            let events = std::mem::take(events);
+            w.pending_frames.push(RecentFrame {
+                base,
+                offset: at,
+                len: batch.len(),
+                first_seq: first,
+                bytes: events.iter().map(Event::byte_size).sum(),
+                events,
+            });
+        }
         Ok(())
     }
 
@@ -481,6 +577,7 @@ impl Log {
             new_segments: std::mem::take(&mut w.new_segments),
             checkpoints: std::mem::take(&mut w.checkpoints),
             added: std::mem::take(&mut w.pending_events),
+            frames: std::mem::take(&mut w.pending_frames),
             file,
             end,
             taken_seq: lock(&self.index).taken_seq,
@@ -510,6 +607,7 @@ impl Log {
                 index.segments.extend(group.new_segments.iter().copied());
                 index.end = Some(group.end);
                 index.next_seq = group.next_seq;
+                index.recent.extend(group.frames);
             }
             Err(error) => {
                 self.discard_uncommitted(w, &group.new_segments);
@@ -527,7 +625,7 @@ impl Log {
     /// Returns the sequence number of the batch's first event once it is durable.
     pub(super) fn append_joint(
         &self,
-        batch: Option<&mut EncodedBatch>,
+        batch: Option<(&mut EncodedBatch, &mut Vec<Event>)>,
         part: JointPart,
     ) -> Result<u64, LogError> {
         let mut w = lock(&self.write);
@@ -537,8 +635,8 @@ impl Log {
             w = self.committed.wait(w).unwrap_or_else(|e| e.into_inner());
         }
         let first = w.next_seq;
-        if let Some(batch) = batch {
-            if let Err(error) = self.write_batch(&mut w, batch, first) {
+        if let Some((batch, events)) = batch {
+            if let Err(error) = self.write_batch(&mut w, batch, events, first) {
                 part.abandon(error.to_state_error());
                 return Err(error);
             }
@@ -570,6 +668,7 @@ impl Log {
         w.new_segments.clear();
         w.checkpoints.clear();
         w.pending_events = 0;
+        w.pending_frames.clear();
         w.next_seq = index.next_seq;
         w.active = index.end.and_then(|(base, offset)| {
             let path = segment::segment_path(&self.dir, base);
@@ -630,6 +729,12 @@ impl Log {
                     _ => break,
                 }
             }
+            let recent = lock(&self.index).recent.take_at(*base, r.offset);
+            if let Some(frame) = recent {
+                r.offset += frame.len;
+                r.queue(frame.first_seq, frame.events);
+                continue;
+            }
             let header = segment::read_header(file, path, r.offset, limit)?;
             if header.end_seq() <= r.skip_below {
                 r.offset += header.frame_len();
@@ -637,18 +742,7 @@ impl Log {
             }
             let events = segment::read_events(file, path, r.offset, &header)?;
             r.offset += header.frame_len();
-            let ReadState {
-                leftover,
-                skip_below,
-                skip,
-                ..
-            } = &mut *r;
-            for (seq, event) in (header.first_seq..).zip(events) {
-                if seq < *skip_below || skipped(skip, seq) {
-                    continue;
-                }
-                leftover.push_back((seq, event));
-            }
+            r.queue(header.first_seq, events);
         }
         Ok(out)
     }

@@ -8,9 +8,11 @@
 //! one commits share the next fsync and SQLite transaction (group commit). Each event gets a
 //! sequence number that only grows, even across restarts; sinks with exactly-once delivery
 //! record the last ones they delivered. Takes read the segments in order, never past the
-//! committed end (the page cache, not an application cache, keeps recent frames in memory); a
-//! commit records in SQLite which sequence numbers are taken for good; a rollback keeps the
-//! events in memory at the front of the queue so the next take returns them again, in order.
+//! committed end; the events of the last committed puts (2 MiB of them at most) stay in memory
+//! as the puts gave them, and a take that reaches their frames takes them from there instead
+//! of reading and decoding the file. A commit records in SQLite which sequence numbers are
+//! taken for good; a rollback keeps the events in memory at the front of the queue so the next
+//! take returns them again, in order.
 //! On start, every event not taken for good is taken again from the oldest: those a crash
 //! caught in an uncommitted take are delivered again (sinks skip them by sequence number where
 //! they can).
@@ -244,6 +246,7 @@ impl FileChannel {
             options: LogOptions {
                 durability: options.durability,
                 max_file_size: options.max_file_size.bytes().max(1),
+                recent_bytes: RECENT_BYTES,
             },
             data_dir,
             minimum_free_space: options.minimum_free_space.bytes(),
@@ -348,7 +351,8 @@ impl FileChannel {
                 limit: "4 GiB per put".into(),
             });
         };
-        drop(batch.events);
+        // The events go to the log with their frame, for the reader (see `RECENT_BYTES`).
+        let mut events = batch.events;
         let (source, checkpoint) = (batch.source, batch.checkpoint);
         let mut job = Some(encoded);
         let joint_put = joint.is_some();
@@ -362,7 +366,8 @@ impl FileChannel {
                 .take()
                 .ok_or_else(|| self.0.storage_error("put lost its batch"))?;
             let part = joint.take();
-            let (encoded, part, result) = tokio::task::spawn_blocking(move || {
+            let mut kept = std::mem::take(&mut events);
+            let (encoded, part, kept, result) = tokio::task::spawn_blocking(move || {
                 let mut part = part;
                 let result = (|| {
                     let store = shared.state()?;
@@ -374,8 +379,8 @@ impl FileChannel {
                     let appended = match part.take() {
                         // A part of a joint put commits with the others or not at all: it is
                         // not retried on its own.
-                        Some(part) => log.append_joint(Some(&mut encoded), part),
-                        None => log.append(&mut encoded, &source, checkpoint.as_ref()),
+                        Some(part) => log.append_joint(Some((&mut encoded, &mut kept)), part),
+                        None => log.append(&mut encoded, &mut kept, &source, checkpoint.as_ref()),
                     };
                     if appended.as_ref().is_err_and(LogError::is_disk_full) {
                         // Space held by taken events goes back before the put is retried.
@@ -383,7 +388,7 @@ impl FileChannel {
                     }
                     appended
                 })();
-                (encoded, part, result)
+                (encoded, part, kept, result)
             })
             .await
             .map_err(|e| self.0.storage_error(e))?;
@@ -405,6 +410,7 @@ impl FileChannel {
                         warned = true;
                     }
                     job = Some(encoded);
+                    events = kept;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
@@ -685,6 +691,12 @@ impl FileTake {
 }
 
 const EMPTY: &[Event] = &[];
+
+/// Most bytes of events (`Event::byte_size`) a channel keeps in memory after their put commits,
+/// so that a take soon after reads them from there rather than from the segment file (and
+/// decodes nothing). A sink that keeps up takes everything from memory; one that lags reads
+/// the segments, as after a restart.
+const RECENT_BYTES: usize = 2 << 20;
 
 #[async_trait]
 impl TakeTransaction for FileTake {
@@ -1233,6 +1245,90 @@ mod tests {
             assert!(err.contains(&format!("byte {frame_len}")), "{err}");
             assert!(err.contains("checksum"), "{err}");
         }
+    }
+
+    /// The events of the puts that fit in `RECENT_BYTES` are taken from memory: a frame damaged
+    /// on disk after its put is still served whole by the channel that put it (a read of the
+    /// file would refuse it), while the frames past that much are read from the file, damage
+    /// and all; after a restart every frame is read from the file.
+    #[tokio::test]
+    async fn takes_soon_after_the_puts_read_their_events_from_memory_up_to_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = |i: u32| format!("{i:010000}");
+        let big = |batch: u32| PutBatch {
+            source: "src".into(),
+            events: (batch * 100..(batch + 1) * 100)
+                .map(|i| Event::from_body(body(i)))
+                .collect(),
+            checkpoint: None,
+            ack: None,
+            joint: None,
+        };
+        // Puts of 1,000,000 bytes of events: `fit` of them fit in memory, two more do not.
+        let fit = RECENT_BYTES / 1_000_000;
+        assert!(fit >= 2);
+        let puts = fit as u32 + 2;
+        let ch = FileChannel::new(
+            "recent",
+            &options(100 * puts as usize, 100),
+            dir.path().to_owned(),
+        );
+        ch.start().await.unwrap();
+        for batch in 0..puts {
+            ch.put(big(batch)).await.unwrap();
+        }
+        let segment = segment_files(dir.path()).pop().unwrap();
+        let mut bytes = std::fs::read(&segment).unwrap();
+        let frame_len = bytes.len() / puts as usize;
+        // A bit flips in the last event of the second frame and of the first not in memory.
+        bytes[2 * frame_len - 1] ^= 0x10;
+        bytes[(fit + 1) * frame_len - 1] ^= 0x10;
+        std::fs::write(&segment, bytes).unwrap();
+
+        let mut served = Vec::new();
+        let err = loop {
+            match ch.take(100, Duration::ZERO).await {
+                Ok(tx) => {
+                    assert!(
+                        !tx.events().is_empty(),
+                        "the damage past memory went unseen"
+                    );
+                    served.extend(bodies(&*tx));
+                    tx.commit().await.unwrap();
+                }
+                Err(e) => break e.to_string(),
+            }
+        };
+        let numbers: Vec<u32> = served.iter().map(|b| b.parse().unwrap()).collect();
+        let in_memory = 100 * fit as u32;
+        assert_eq!(
+            numbers,
+            (0..in_memory).collect::<Vec<_>>(),
+            "the events served"
+        );
+        assert!(served.iter().zip(0..).all(|(b, i)| *b == body(i)));
+        assert!(err.contains(&format!("byte {}", fit * frame_len)), "{err}");
+        assert!(err.contains("checksum"), "{err}");
+        drop(ch);
+
+        // After a restart nothing is in memory: a damaged frame is refused.
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let ch = channel(dir.path(), "restart", 100).await;
+            ch.put(batch(0..3, None)).await.unwrap();
+            ch.put(batch(3..6, None)).await.unwrap();
+        }
+        let segment = segment_files(dir.path()).pop().unwrap();
+        let mut bytes = std::fs::read(&segment).unwrap();
+        let frame_len = bytes.len() / 2;
+        bytes[frame_len - 1] ^= 0x10;
+        std::fs::write(&segment, bytes).unwrap();
+        let ch = channel(dir.path(), "restart", 100).await;
+        let err = match ch.take(100, Duration::ZERO).await {
+            Err(e) => e.to_string(),
+            Ok(tx) => panic!("served {:?} after a restart", bodies(&*tx)),
+        };
+        assert!(err.contains("byte 0"), "{err}");
     }
 
     #[tokio::test]
