@@ -175,7 +175,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Options, ReadErr
         match flag.as_str() {
             "--bootstrap" => bootstrap = Some(value.clone()),
             "--topic" => topic = Some(value.clone()),
-            "--lines" => lines = Some(usize::try_from(number()?.min(100_000_000))?),
+            "--lines" => match number()? {
+                // A value's index has 8 digits.
+                n @ 1..=100_000_000 => lines = Some(usize::try_from(n)?),
+                _ => return Err(format!("--lines {value}: at most 100000000").into()),
+            },
             "--seconds" => seconds = number()?,
             _ => return Err(format!("unknown option {flag}").into()),
         }
