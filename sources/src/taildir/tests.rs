@@ -716,14 +716,17 @@ async fn crashes_at_random_moments_lose_and_repeat_nothing_through_rotations() {
     let writer = std::thread::spawn(move || {
         let mut writer_rng = Lcg(seed ^ 0x5eed);
         let mut rotations = 0;
-        // Waits (at most 10 s) until the source sent `line`.
+        // Waits until the source sent `line`. A source runs (crashing and restarting) for
+        // as long as this thread writes, so a line never sent is the source's failure, not
+        // a reason to rotate a file it has not found (whose lines would then be lost).
         let sent = |line: &str| {
-            for _ in 0..2000 {
+            for _ in 0..6000 {
                 if watcher.bodies().iter().rev().any(|b| b == line) {
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
+            panic!("the source did not send `{line}` within 30 s");
         };
         let mut first_of_a = 0;
         for i in 0..LINES {
@@ -768,11 +771,15 @@ async fn crashes_at_random_moments_lose_and_repeat_nothing_through_rotations() {
         }
     });
     let yaml = options(dir.path(), "batch_size: 50");
-    for _ in 0..12 {
+    // At least 12 crashes, and crashes for as long as the writer writes: it waits for the
+    // source before each rotation, and on a busy machine it outlasts 12 of them.
+    let mut crashes = 0;
+    while crashes < 12 || !writer.is_finished() {
         let running = start_on(channel.clone(), &yaml, channel.checkpoint());
         tokio::time::sleep(Duration::from_millis(20 + rng.below(150))).await;
         running.task.abort();
         let _ = running.task.await;
+        crashes += 1;
     }
     writer.join().unwrap();
     let running = start_on(channel.clone(), &yaml, channel.checkpoint());
