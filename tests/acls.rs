@@ -8,11 +8,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::TcpStream;
 use std::process::{Command, Output};
-use std::time::Duration;
 
-use crate::harness::{Agent, free_port, wait_until};
+use crate::harness::{Agent, free_port};
 
 fn acls(bootstrap: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_agent"))
@@ -42,11 +40,9 @@ broker:
     - {{ resource_type: topic, resource_name: logs-, pattern_type: prefixed, principal: 'User:ANONYMOUS', operation: write }}
 "
     );
-    let agent = Agent::start(dir, &config);
+    let mut agent = Agent::start(dir, &config);
     let bootstrap = format!("127.0.0.1:{port}");
-    wait_until(Duration::from_secs(30), "the broker to listen", || {
-        TcpStream::connect(&bootstrap).is_ok()
-    });
+    agent.wait_listening(&bootstrap, "the broker");
     (agent, bootstrap)
 }
 

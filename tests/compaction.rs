@@ -46,10 +46,8 @@ fn start(dir: &Path, port: u16, bytes_per_sec: u64) -> Agent {
         "agent:\n  http: 127.0.0.1:0\nbroker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n  num_partitions: 1\n  \
          log_cleaner_backoff_ms: 100\n  log_cleaner_io_max_bytes_per_second: {bytes_per_sec}\n"
     );
-    let agent = Agent::start(dir, &config);
-    wait_until(Duration::from_secs(30), "the broker to listen", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    let mut agent = Agent::start(dir, &config);
+    agent.wait_listening(&format!("127.0.0.1:{port}"), "the broker");
     agent
 }
 

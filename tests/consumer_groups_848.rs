@@ -66,11 +66,9 @@ fn start_broker(dir: &Path) -> (Agent, String) {
         "broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n  num_partitions: {PARTITIONS}\n  \
          group_consumer_session_timeout_ms: 6000\n  group_consumer_heartbeat_interval_ms: 500\n"
     );
-    let agent = Agent::start(dir, &config);
+    let mut agent = Agent::start(dir, &config);
     let bootstrap = format!("127.0.0.1:{port}");
-    wait_until(Duration::from_secs(30), "the broker to listen", || {
-        std::net::TcpStream::connect(&bootstrap).is_ok()
-    });
+    agent.wait_listening(&bootstrap, "the broker");
     (agent, bootstrap)
 }
 

@@ -6,7 +6,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
@@ -288,11 +287,9 @@ broker:
     - {{ resource_type: topic, resource_name: guarded, principal: 'User:ANONYMOUS', operation: describe }}
 "
     );
-    let _broker = Agent::start(dir.path(), &config);
+    let mut broker = Agent::start(dir.path(), &config);
     let bootstrap = format!("127.0.0.1:{port}");
-    wait_until(Duration::from_secs(30), "the broker to listen", || {
-        TcpStream::connect(&bootstrap).is_ok()
-    });
+    broker.wait_listening(&bootstrap, "the broker");
     let b = bootstrap.as_str();
     ok(&[
         "topics",

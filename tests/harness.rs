@@ -20,13 +20,72 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A port on 127.0.0.1 that was free a moment ago.
+/// A port on 127.0.0.1 that is free, and that nothing running beside this test takes before
+/// the test's own process binds it.
+///
+/// A port that a `bind(0)` got from the kernel and released can go to the next `bind(0)` or
+/// outgoing connection of any test running beside, and a broker told to listen on it then
+/// fails with "address in use". So the port comes from outside the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`, where `bind(0)` and `connect` take theirs), and is claimed
+/// by a lock on a file under the temp dir that this process holds until it exits, so that no
+/// other test's `free_port` returns it meanwhile.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::hash::{BuildHasher, Hasher};
+    static CLAIMED: Mutex<Vec<fs::File>> = Mutex::new(Vec::new());
+    let ephemeral = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| {
+            let mut ends = range.split_whitespace().map(|p| p.parse::<u32>().ok());
+            Some((ends.next()??, ends.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    let (first, last) = if ephemeral.0 > 11_000 {
+        (10_000, ephemeral.0 - 1)
+    } else {
+        (ephemeral.1 + 1, 65_535)
+    };
+    let dir = std::env::temp_dir().join("ferry-test-ports");
+    fs::create_dir_all(&dir).unwrap();
+    let count = last + 1 - first;
+    let start = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    for i in 0..u64::from(count) {
+        let port =
+            u16::try_from(u64::from(first) + (start.wrapping_add(i)) % u64::from(count)).unwrap();
+        let claim = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))
+            .unwrap();
+        // Dropping `claim` releases the lock of a port that turns out taken.
+        if claim.try_lock().is_ok() && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            CLAIMED.lock().unwrap().push(claim);
+            return port;
+        }
+    }
+    panic!("no free port in {first}..={last} on 127.0.0.1");
+}
+
+/// Waits up to 30 s for `address` to accept connections; panics with `log()` when `child`
+/// exits first or the time runs out, so that a failed start names its cause.
+pub fn wait_listening(child: &mut Child, address: &str, what: &str, log: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(address).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "{what} exited ({status}) before listening on {address}; log:\n{}",
+                log()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what} to listen on {address}; log:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The text of a shipped pipeline with `replacements` applied; each pattern must occur. The
@@ -69,11 +128,9 @@ pub fn broker_agent_with(dir: &Path, num_partitions: u32, settings: &[&str]) -> 
     for setting in settings {
         config.push_str(&format!("  {setting}\n"));
     }
-    let agent = Agent::start(dir, &config);
+    let mut agent = Agent::start(dir, &config);
     let bootstrap = format!("127.0.0.1:{port}");
-    wait_until(Duration::from_secs(30), "the broker to listen", || {
-        TcpStream::connect(&bootstrap).is_ok()
-    });
+    agent.wait_listening(&bootstrap, "the broker");
     (agent, bootstrap)
 }
 
@@ -191,6 +248,15 @@ impl Agent {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Waits for `address` to accept connections; panics with the agent's log when it exits
+    /// first or after 30 s.
+    pub fn wait_listening(&mut self, address: &str, what: &str) {
+        let log = self.log.clone();
+        wait_listening(&mut self.child, address, what, || {
+            fs::read_to_string(&log).unwrap_or_default()
+        });
     }
 
     /// What the agent logged so far.

@@ -29,7 +29,7 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-use crate::harness::{Tmpfs, free_port, http_get, wait_until};
+use crate::harness::{Tmpfs, free_port, http_get, wait_listening, wait_until};
 
 /// `agent broker` on a free port with `settings` (YAML lines), under `ulimit -n` when given.
 pub(crate) struct Broker {
@@ -97,14 +97,15 @@ impl Broker {
             .stderr(std::fs::File::create(dir.join("broker.log")).unwrap())
             .spawn()
             .unwrap();
-        let broker = Broker {
+        let mut broker = Broker {
             child,
             dir: dir.to_owned(),
             address,
             http,
         };
-        wait_until(Duration::from_secs(30), "the broker to listen", || {
-            TcpStream::connect(&broker.http).is_ok()
+        let log = dir.join("broker.log");
+        wait_listening(&mut broker.child, &broker.http, "the broker", || {
+            std::fs::read_to_string(&log).unwrap_or_default()
         });
         broker
     }

@@ -41,11 +41,9 @@ fn start(dir: &Path, scrub: bool) -> Broker {
         "agent:\n  http: 127.0.0.1:{http}\nbroker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n  \
          log_scrub_interval_ms: {scrub_ms}\n  log_scrub_bytes_per_sec: 104857600\n"
     );
-    let agent = Agent::start(dir, &config);
+    let mut agent = Agent::start(dir, &config);
     let bootstrap = format!("127.0.0.1:{port}");
-    wait_until(Duration::from_secs(30), "the broker to listen", || {
-        std::net::TcpStream::connect(&bootstrap).is_ok()
-    });
+    agent.wait_listening(&bootstrap, "the broker");
     let http = format!("127.0.0.1:{http}");
     wait_until(Duration::from_secs(30), "the HTTP server", || {
         std::net::TcpStream::connect(&http).is_ok()

@@ -33,11 +33,9 @@ fn start_broker(dir: &std::path::Path) -> (harness::Agent, String) {
         "broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n  \
          group_initial_rebalance_delay_ms: 0\n"
     );
-    let agent = harness::Agent::start(dir, &config);
+    let mut agent = harness::Agent::start(dir, &config);
     let bootstrap = format!("127.0.0.1:{port}");
-    harness::wait_until(Duration::from_secs(30), "the broker to listen", || {
-        std::net::TcpStream::connect(&bootstrap).is_ok()
-    });
+    agent.wait_listening(&bootstrap, "the broker");
     (agent, bootstrap)
 }
 

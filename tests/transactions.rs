@@ -33,10 +33,8 @@ const KILLS: usize = 5;
 /// `dir/broker`, and waits for it to listen.
 fn start_broker(dir: &Path, port: u16) -> Agent {
     let config = format!("broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n");
-    let agent = Agent::start(dir, &config);
-    wait_until(Duration::from_secs(30), "the broker to listen", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    let mut agent = Agent::start(dir, &config);
+    agent.wait_listening(&format!("127.0.0.1:{port}"), "the broker");
     agent
 }
 
