@@ -1159,12 +1159,11 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn at_least_once_flush_fails_when_a_record_is_not_acknowledged() {
-        // Nothing listens there: records time out after 300 ms.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // Nothing listens there (a socket bound and not listening holds the port for the
+        // test): records time out after 300 ms.
+        let dead = tokio::net::TcpSocket::new_v4().unwrap();
+        dead.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = dead.local_addr().unwrap().port();
         let mut sink = started(&format!(
             "bootstrap_servers: 127.0.0.1:{port}\ntopic: out\nproducer:\n  message.timeout.ms: '300'"
         ))

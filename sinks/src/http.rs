@@ -403,9 +403,11 @@ mod tests {
 
     #[tokio::test]
     async fn connection_refused_is_an_error() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
-        drop(listener);
+        // Bound and not listening: connections are refused, and no other socket can take
+        // the port while the test runs (a released port could be).
+        let dead = tokio::net::TcpSocket::new_v4().unwrap();
+        dead.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let address = dead.local_addr().unwrap();
         let url = format!("http://{address}/events");
         let mut sink = sink(&url, "").await;
         let err = deliver(&mut sink).await.unwrap_err();
