@@ -313,8 +313,8 @@ fn validate_takes_flume_files_and_prints_their_notes() {
     );
 }
 
-/// POSTs `events` (`(headers, body)`) to the http source on `port`, as Flume's JSONHandler
-/// takes them.
+/// POSTs `events` (`(headers, body)`) to the http source listening on `port`, as Flume's
+/// JSONHandler takes them.
 fn post(port: u16, events: &[(&[(&str, &str)], &str)]) {
     let json: Vec<serde_json::Value> = events
         .iter()
@@ -327,12 +327,7 @@ fn post(port: u16, events: &[(&[(&str, &str)], &str)]) {
         })
         .collect();
     let body = serde_json::to_vec(&json).unwrap();
-    let mut stream = None;
-    wait_until(Duration::from_secs(30), "the http source to listen", || {
-        stream = TcpStream::connect(("127.0.0.1", port)).ok();
-        stream.is_some()
-    });
-    let mut stream = stream.unwrap();
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         stream,
         "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -352,7 +347,8 @@ fn multiplexing_fan_out_runs_unchanged_and_as_converted() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port().to_string();
-        let running = start(mode, dir.path(), &file, "a1", &[("HTTP_PORT", &port)]);
+        let mut running = start(mode, dir.path(), &file, "a1", &[("HTTP_PORT", &port)]);
+        running.wait_listening(&format!("127.0.0.1:{port}"), "the http source");
         let port = port.parse().unwrap();
         post(
             port,
@@ -392,17 +388,10 @@ fn failover_sink_group_runs_unchanged_and_as_converted() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port().to_string();
-        let running = start(mode, dir.path(), &file, "a1", &[("NETCAT_PORT", &port)]);
-        let mut stream = None;
-        wait_until(
-            Duration::from_secs(30),
-            "the netcat source to listen",
-            || {
-                stream = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).ok();
-                stream.is_some()
-            },
-        );
-        let mut stream = stream.unwrap();
+        let mut running = start(mode, dir.path(), &file, "a1", &[("NETCAT_PORT", &port)]);
+        let address = format!("127.0.0.1:{port}");
+        running.wait_listening(&address, "the netcat source");
+        let mut stream = TcpStream::connect(&address).unwrap();
         for i in 0..50 {
             writeln!(stream, "line {i}").unwrap();
         }
@@ -423,17 +412,10 @@ fn syslog_to_file_runs_unchanged_and_as_converted() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port().to_string();
-        let running = start(mode, dir.path(), &file, "a1", &[("SYSLOG_PORT", &port)]);
-        let mut stream = None;
-        wait_until(
-            Duration::from_secs(30),
-            "the syslog source to listen",
-            || {
-                stream = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).ok();
-                stream.is_some()
-            },
-        );
-        let mut stream = stream.unwrap();
+        let mut running = start(mode, dir.path(), &file, "a1", &[("SYSLOG_PORT", &port)]);
+        let address = format!("127.0.0.1:{port}");
+        running.wait_listening(&address, "the syslog source");
+        let mut stream = TcpStream::connect(&address).unwrap();
         for i in 0..20 {
             writeln!(
                 stream,

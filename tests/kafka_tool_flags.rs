@@ -302,21 +302,30 @@ fn a_closed_pipe_ends_a_tool_quietly() {
     );
 }
 
-/// `agent broker ARGS...` in `dir`, stopped with SIGTERM (and waited for) when dropped.
-struct Broker(std::process::Child);
+/// `agent broker ARGS...` in `dir`, its log in `dir/broker.log`, stopped with SIGTERM (and
+/// waited for) when dropped.
+struct Broker(std::process::Child, std::path::PathBuf);
 
 impl Broker {
     fn start(dir: &std::path::Path, args: &[&str]) -> Broker {
+        let log = dir.join("broker.log");
         let child = Command::new(env!("CARGO_BIN_EXE_agent"))
             .arg("broker")
             .args(args)
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("broker.log")).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        Broker(child)
+        Broker(child, log)
+    }
+
+    fn wait_listening(&mut self, address: &str) {
+        let log = &self.1;
+        harness::wait_listening(&mut self.0, address, "the broker", || {
+            std::fs::read_to_string(log).unwrap_or_default()
+        });
     }
 
     fn stop(&mut self) -> std::process::ExitStatus {
@@ -334,12 +343,6 @@ impl Drop for Broker {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn wait_for_listener(address: &str) {
-    harness::wait_until(Duration::from_secs(30), "the broker to listen", || {
-        std::net::TcpStream::connect(address).is_ok()
-    });
 }
 
 #[test]
@@ -377,7 +380,7 @@ fn broker_takes_listen_and_data_dir_flags_and_either_kind_of_file() {
             data.to_str().unwrap(),
         ],
     );
-    wait_for_listener(&address);
+    broker.wait_listening(&address);
     ok(&strs(&topics(
         &address,
         &["--create", "--topic", "flagged"],
@@ -402,7 +405,7 @@ fn broker_takes_listen_and_data_dir_flags_and_either_kind_of_file() {
     )
     .unwrap();
     let mut broker = Broker::start(dir.path(), &["--config", pipeline.to_str().unwrap()]);
-    wait_for_listener(&address);
+    broker.wait_listening(&address);
     produce(&address, "auto", &[], b"one\n");
     let described = ok(&strs(&topics(&address, &["--describe", "--topic", "auto"])));
     assert!(described.contains("\tPartitionCount: 3\t"), "{described}");

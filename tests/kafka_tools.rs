@@ -281,15 +281,17 @@ fn broker_command_serves_until_sigterm_and_keeps_data() {
     )
     .unwrap();
     let bootstrap = format!("127.0.0.1:{port}");
+    // Its standard error, so that a start that fails says why.
+    let log = dir.path().join("broker.log");
     let run = || {
-        let child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
             .args(["broker", "--config", config.to_str().unwrap()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        wait_until(Duration::from_secs(30), "the broker to listen", || {
-            std::net::TcpStream::connect(&bootstrap).is_ok()
+        harness::wait_listening(&mut child, &bootstrap, "the broker", || {
+            std::fs::read_to_string(&log).unwrap_or_default()
         });
         child
     };
@@ -449,15 +451,15 @@ fn taildir_to_kafka_pipeline_lands_every_line_in_the_bundled_broker() {
     for i in LINES / 2..LINES {
         writeln!(log, "line {i}").unwrap();
     }
+    pipeline.wait_listening(&bootstrap, "the bundled broker");
     wait_until(Duration::from_secs(60), "the topic to exist", || {
-        std::net::TcpStream::connect(&bootstrap).is_ok()
-            && stdout(&agent_unchecked(&[
-                "topics",
-                "--bootstrap-server",
-                &bootstrap,
-                "--list",
-            ]))
-            .contains("app-logs")
+        stdout(&agent_unchecked(&[
+            "topics",
+            "--bootstrap-server",
+            &bootstrap,
+            "--list",
+        ]))
+        .contains("app-logs")
     });
     let out = agent(
         &[

@@ -778,19 +778,12 @@ sinks:
     drop(agent);
 }
 
-/// Waits for something to listen on `port` of 127.0.0.1 (`what`, to say which).
-fn wait_for_listener(port: u16, what: &str) {
-    wait_until(Duration::from_secs(30), what, || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-}
-
 /// `agent broker` alone in `dir`, on `port` (the same across restarts).
 fn broker_on(dir: &Path, port: u16) -> Agent {
     std::fs::create_dir_all(dir).unwrap();
     let config = format!("broker:\n  listen: 127.0.0.1:{port}\n  data_dir: ./broker\n");
-    let broker = Agent::start(dir, &config);
-    wait_for_listener(port, "the broker to listen");
+    let mut broker = Agent::start(dir, &config);
+    broker.wait_listening(&format!("127.0.0.1:{port}"), "the broker");
     broker
 }
 
@@ -885,8 +878,8 @@ impl BesideABroker {
     /// address and the source's port.
     fn netcat_pipeline(&self, rest: &str) -> (Agent, String, u16) {
         let lines_port = harness::free_port();
-        let (agent, address) = self.pipeline(&format!("{}{rest}", netcat_source(lines_port)));
-        wait_for_listener(lines_port, "the netcat source to listen");
+        let (mut agent, address) = self.pipeline(&format!("{}{rest}", netcat_source(lines_port)));
+        agent.wait_listening(&format!("127.0.0.1:{lines_port}"), "the netcat source");
         (agent, address, lines_port)
     }
 
@@ -1105,9 +1098,9 @@ fn start_netcat_to_http(
     endpoint: &str,
     extra: &str,
 ) -> (Agent, String) {
-    let agent = Agent::start(dir, &netcat_to_http(lines_port, endpoint, extra));
+    let mut agent = Agent::start(dir, &netcat_to_http(lines_port, endpoint, extra));
     let address = http_address(&agent);
-    wait_for_listener(lines_port, "the netcat source to listen");
+    agent.wait_listening(&format!("127.0.0.1:{lines_port}"), "the netcat source");
     (agent, address)
 }
 
