@@ -100,6 +100,15 @@ pub trait Channel: Send + Sync + 'static {
     fn max_open_takes(&self) -> Option<usize> {
         None
     }
+    /// Makes the take commits that returned so far survive power loss, when the channel
+    /// leaves that to later (a file channel syncs them with its next put). A sink that records
+    /// only its last flush's sequence numbers would otherwise deliver again, after a power
+    /// loss, the events of a take whose commit was lost: the sink runner calls this before
+    /// each flush, and while idle. Default: every take commit is as durable as it gets when
+    /// it returns.
+    async fn sync_takes(&self) -> Result<(), ChannelError> {
+        Ok(())
+    }
     /// Whether a put commits the source checkpoint together with the events.
     fn is_durable(&self) -> bool;
     /// Events stored now, including those held by open take transactions.
@@ -361,6 +370,9 @@ impl Channel for MeteredChannel {
     }
     fn max_open_takes(&self) -> Option<usize> {
         self.inner.max_open_takes()
+    }
+    async fn sync_takes(&self) -> Result<(), ChannelError> {
+        self.inner.sync_takes().await
     }
     fn is_durable(&self) -> bool {
         self.inner.is_durable()

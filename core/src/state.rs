@@ -31,12 +31,15 @@
 //! `PRAGMA user_version` holds the schema version; [`StateStore::open`] migrates older files.
 //! Every transaction is durable when it returns (`synchronous = FULL`), except commits made with
 //! [`Durability::Normal`] and checkpoints saved through [`CheckpointStore::save`] (the
-//! at-least-once paths), which survive a crash of the process but not of the machine.
+//! at-least-once paths), which survive a crash of the process but not of the machine, and
+//! commits made with [`Durability::Deferred`] (a file channel's takes), which survive power loss
+//! once the write-ahead log is next synced ([`StateStore::sync_deferred`]).
 //!
 //! All methods block on SQLite; call them from `spawn_blocking` in async code.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
@@ -96,6 +99,29 @@ pub enum Durability {
     Full,
     /// Survives a crash of the process, not of the machine (SQLite `synchronous = NORMAL`).
     Normal,
+    /// As [`Self::Normal`] when it returns; survives power loss once the write-ahead log is
+    /// next synced: by the next [`Self::Full`] commit, by a checkpoint of the log, or by
+    /// [`StateStore::sync_deferred`]. For take commits, whose loss only gives events again:
+    /// the file channel's takes are made durable before the sink's next flush, together with
+    /// the puts' fsyncs in between. Not a configuration value.
+    #[serde(skip)]
+    Deferred,
+}
+
+impl Durability {
+    /// The most durable of `self` and `other`.
+    fn stronger(self, other: Self) -> Self {
+        let rank = |d: Self| match d {
+            Self::Normal => 0,
+            Self::Deferred => 1,
+            Self::Full => 2,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
 }
 
 /// Events read from a channel, each with its sequence number.
@@ -119,6 +145,8 @@ struct Inner {
     channels: Mutex<HashMap<String, i64>>,
     /// Held by one joint put at a time, from its first part to its commit (see [`JointPut`]).
     joint_turn: Arc<tokio::sync::Mutex<()>>,
+    /// Whether a [`Durability::Deferred`] commit is not yet synced; changed under `writer`.
+    deferred: AtomicBool,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -137,10 +165,11 @@ struct Writer {
 impl Writer {
     /// Switches `PRAGMA synchronous` for the next transactions, if it differs.
     fn set_durability(&mut self, durability: Durability) -> rusqlite::Result<()> {
-        if self.durability != durability {
-            self.conn.execute_batch(synchronous_pragma(durability))?;
-            self.durability = durability;
+        let pragma = synchronous_pragma(durability);
+        if synchronous_pragma(self.durability) != pragma {
+            self.conn.execute_batch(pragma)?;
         }
+        self.durability = durability;
         Ok(())
     }
 }
@@ -148,7 +177,7 @@ impl Writer {
 fn synchronous_pragma(durability: Durability) -> &'static str {
     match durability {
         Durability::Full => "PRAGMA synchronous = FULL",
-        Durability::Normal => "PRAGMA synchronous = NORMAL",
+        Durability::Normal | Durability::Deferred => "PRAGMA synchronous = NORMAL",
     }
 }
 
@@ -193,6 +222,7 @@ impl StateStore {
             }),
             channels: Mutex::default(),
             joint_turn: Arc::default(),
+            deferred: AtomicBool::new(false),
         });
         stores.insert(path, Arc::downgrade(&inner));
         Ok(Self(inner))
@@ -329,19 +359,12 @@ impl StateStore {
         takes: &[(&str, &TakeCommit<'_>)],
         checkpoint: Option<(&str, &Checkpoint)>,
     ) -> Result<(), StateError> {
-        let durabilities = puts
+        let durability = puts
             .iter()
             .map(|(_, p)| p.durability)
-            .chain(takes.iter().map(|(_, t)| t.durability));
-        let mut normal = None;
-        for durability in durabilities {
-            normal = Some(normal.unwrap_or(true) && durability == Durability::Normal);
-        }
-        let durability = if normal == Some(true) {
-            Durability::Normal
-        } else {
-            Durability::Full
-        };
+            .chain(takes.iter().map(|(_, t)| t.durability))
+            .reduce(Durability::stronger)
+            .unwrap_or(Durability::Full);
         let mut writer = lock(&self.0.writer);
         writer
             .set_durability(durability)
@@ -365,6 +388,52 @@ impl StateStore {
             save_checkpoint(&tx, source, checkpoint).map_err(|e| self.error(e))?;
         }
         tx.commit().map_err(|e| self.error(e))?;
+        self.committed(durability);
+        Ok(())
+    }
+
+    /// Notes a commit made with `durability` (under the writer's lock): a full one synced the
+    /// write-ahead log, and with it every deferred commit before it.
+    fn committed(&self, durability: Durability) {
+        match durability {
+            Durability::Full => self.0.deferred.store(false, Ordering::Relaxed),
+            Durability::Deferred => self.0.deferred.store(true, Ordering::Relaxed),
+            Durability::Normal => {}
+        }
+    }
+
+    /// Whether a [`Durability::Deferred`] commit is not yet synced.
+    pub fn sync_owed(&self) -> bool {
+        self.0.deferred.load(Ordering::Relaxed)
+    }
+
+    /// Makes the [`Durability::Deferred`] commits made so far survive power loss: syncs the
+    /// write-ahead log unless a full commit or a checkpoint of the log already did. SQLite
+    /// recovers the log's commits in order, so that every commit before a synced one is
+    /// durable too.
+    pub fn sync_deferred(&self) -> Result<(), StateError> {
+        let _writer = lock(&self.0.writer);
+        if !self.sync_owed() {
+            return Ok(());
+        }
+        let mut wal = self.0.path.clone().into_os_string();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        let synced = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&wal)
+            .and_then(|file| file.sync_data());
+        match synced {
+            // No log: it was checkpointed into the database, which that synced.
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(StateError::Database {
+                    path: wal,
+                    message: format!("cannot sync: {e}"),
+                });
+            }
+            _ => {}
+        }
+        self.0.deferred.store(false, Ordering::Relaxed);
         Ok(())
     }
 
@@ -409,6 +478,7 @@ impl StateStore {
         let tx = writer.conn.transaction().map_err(|e| self.error(e))?;
         record_take(&tx, id, take).map_err(|e| self.error(e))?;
         tx.commit().map_err(|e| self.error(e))?;
+        self.committed(take.durability);
         Ok(())
     }
 
@@ -503,6 +573,7 @@ impl StateStore {
         )?;
         run(&format!("DROP TABLE channel_{id}"), &[])?;
         tx.commit().map_err(|e| self.error(e))?;
+        self.committed(Durability::Full);
         Ok(())
     }
 
@@ -561,6 +632,7 @@ impl StateStore {
             )
             .and_then(|mut upsert| upsert.execute(params![sink, progress]))
             .map_err(|e| self.error(e))?;
+        self.committed(Durability::Full);
         Ok(())
     }
 }
@@ -1131,6 +1203,58 @@ mod tests {
         assert_eq!(index.end, Some((4, 100)));
         assert_eq!(index.segments, [1, 4]);
         assert!(!index.legacy_rows);
+    }
+
+    #[test]
+    fn a_deferred_take_commit_is_owed_a_sync_until_a_full_commit_or_a_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = StateStore::open(dir.path()).unwrap();
+            store
+                .commit_put("c", &put((1, 900), 31, 30, &[1], &[]))
+                .unwrap();
+            assert!(!store.sync_owed());
+            let take = |first: u64, durability| {
+                let last = first + 9;
+                store
+                    .commit_take(
+                        "c",
+                        &TakeCommit {
+                            ranges: &[(first, last)],
+                            removed: 10,
+                            taken_seq: last + 1,
+                            dropped_segments: &[],
+                            log_emptied: false,
+                            durability,
+                        },
+                    )
+                    .unwrap();
+            };
+            take(1, Durability::Deferred);
+            assert!(store.sync_owed());
+            // A checkpoint saved without an fsync does not sync the log.
+            store
+                .save("src", &Checkpoint::new(b"pos=1".to_vec()))
+                .unwrap();
+            assert!(store.sync_owed());
+            store.sync_deferred().unwrap();
+            assert!(!store.sync_owed());
+            // A full commit syncs the log, and the deferred commits before it with it.
+            take(11, Durability::Deferred);
+            assert!(store.sync_owed());
+            store
+                .commit_put("c", &put((1, 930), 32, 1, &[], &[]))
+                .unwrap();
+            assert!(!store.sync_owed());
+            take(21, Durability::Deferred);
+            store.sync_deferred().unwrap();
+            assert!(!store.sync_owed());
+        }
+        let index = StateStore::open(dir.path())
+            .unwrap()
+            .channel_log("c")
+            .unwrap();
+        assert_eq!((index.taken_seq, index.stored), (31, 1));
     }
 
     #[test]

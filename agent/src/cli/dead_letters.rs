@@ -254,5 +254,7 @@ async fn replay(
         }
         next = last + 1;
     }
+    // A move into a channel of another store committed its take without an fsync.
+    from.sync_takes().await?;
     Ok(moved)
 }

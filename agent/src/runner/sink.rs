@@ -360,6 +360,7 @@ impl SinkRunner {
         if self.start().await {
             while self.step().await == Flow::Continue {}
         }
+        sync_takes(self.channel.as_ref()).await;
         for member in &mut self.members {
             member.stop().await;
         }
@@ -531,6 +532,8 @@ impl SinkRunner {
         if !self.in_flight.is_empty() {
             return self.flush().await;
         }
+        // The last flush's takes become durable within a poll interval, not at the next flush.
+        sync_takes(self.channel.as_ref()).await;
         for member in self.members.iter_mut().filter(|m| m.started) {
             if let Err(e) = member.sink.idle().await {
                 warn!(sink = %member.name(), error = %e, "sink idle work failed");
@@ -576,6 +579,7 @@ impl SinkRunner {
 
     /// Flushes the current member, then commits the takes in flight, oldest first.
     async fn flush(&mut self) -> Flow {
+        sync_takes(self.channel.as_ref()).await;
         let flushed = self.member().sink.flush().await;
         self.member().ctx.metrics.delivery_ended();
         match flushed {
@@ -802,7 +806,10 @@ impl SinkRunner {
                 .metrics
                 .delivery_started(Instant::now().into_std());
             let result = match member.sink.send(batch).await {
-                Ok(()) => member.sink.flush().await,
+                Ok(()) => {
+                    sync_takes(self.channel.as_ref()).await;
+                    member.sink.flush().await
+                }
                 Err(error) => Err(error),
             };
             member.ctx.metrics.delivery_ended();
@@ -927,6 +934,7 @@ impl SinkRunner {
                 self.processor.chosen(self.current);
                 first = false;
             }
+            sync_takes(self.channel.as_ref()).await;
             let flushed = self.member().sink.flush().await;
             self.member().ctx.metrics.delivery_ended();
             if let Err(e) = flushed {
@@ -960,6 +968,17 @@ impl SinkRunner {
             "{name} keeps failing while the agent stops; its durable channel keeps the rest for the next run"
         );
         true
+    }
+}
+
+/// Makes the takes committed so far survive power loss before a sink's flush
+/// ([`Channel::sync_takes`]): an exactly-once sink records only the sequence numbers of its
+/// last flush, so a take committed before it and lost would be delivered again. A failure is
+/// logged and the flush goes on: as with a take that fails to commit, the worst outcome is
+/// that events are delivered again.
+async fn sync_takes(channel: &dyn Channel) {
+    if let Err(e) = channel.sync_takes().await {
+        error!(channel = %channel.name(), error = %e, "cannot sync the committed takes; after a power loss their events may be delivered again");
     }
 }
 

@@ -780,13 +780,20 @@ impl Log {
             taken.pop_first();
         }
         let dropped = wholly_taken(&segments, taken_seq);
+        // Losing a take commit only gives its events again, and the sink runner syncs the
+        // store before the sink's next flush (`sync_takes`): the fsync is left to the next put
+        // or that sync. Not when segment files go: they must not go before the record does.
+        let durability = match self.options.durability {
+            Durability::Full if dropped.is_empty() => Durability::Deferred,
+            durability => durability,
+        };
         let commit = TakeCommit {
             ranges: runs,
             removed: count,
             taken_seq,
             dropped_segments: &dropped,
             log_emptied: false,
-            durability: self.options.durability,
+            durability,
         };
         match joint {
             // In the transaction of the puts that receive these events elsewhere.

@@ -556,6 +556,18 @@ impl Channel for FileChannel {
         self.0.store.get().cloned()
     }
 
+    /// Syncs the state store's write-ahead log when a take commit since its last sync is not
+    /// durable yet (with `durability: full`, takes commit with [`Durability::Deferred`]).
+    async fn sync_takes(&self) -> Result<(), ChannelError> {
+        let Some(store) = self.0.store.get().filter(|s| s.sync_owed()).cloned() else {
+            return Ok(());
+        };
+        tokio::task::spawn_blocking(move || store.sync_deferred())
+            .await
+            .map_err(|e| self.0.storage_error(e))?
+            .map_err(|e| self.0.storage_error(e))
+    }
+
     fn is_durable(&self) -> bool {
         true
     }
@@ -1394,6 +1406,54 @@ mod tests {
         let ch = channel(dir.path(), "join", 100).await;
         assert_eq!(ch.len(), 3, "the joined commit is durable");
         assert_eq!(drain(&ch).await, ["6", "7", "8"]);
+    }
+
+    #[tokio::test]
+    async fn with_full_durability_a_take_commit_is_synced_later_unless_it_deletes_a_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = options(1000, 100);
+        opts.durability = Durability::Full;
+        // A segment per put.
+        opts.max_file_size = ByteSize(1);
+        let ch = FileChannel::new("deferred", &opts, dir.path().to_owned());
+        ch.start().await.unwrap();
+        let store = ch.joint_store().unwrap();
+        ch.put(batch(0..10, None)).await.unwrap();
+        ch.put(batch(10..20, None)).await.unwrap();
+        assert!(!store.sync_owed());
+        let take = |n| ch.take(n, Duration::ZERO);
+        // Half of the first segment: nothing is deleted, the fsync is left for later.
+        take(5).await.unwrap().commit().await.unwrap();
+        assert!(store.sync_owed());
+        ch.sync_takes().await.unwrap();
+        assert!(!store.sync_owed());
+        // The rest of it: the segment file goes, after a commit synced at once.
+        take(5).await.unwrap().commit().await.unwrap();
+        assert!(!store.sync_owed());
+        let segments = dir.path().join("channels").join("1");
+        assert!(segment::segment_path(&segments, 11).exists());
+        assert!(!segment::segment_path(&segments, 1).exists());
+        // The next put's fsync covers a take committed before it.
+        take(5).await.unwrap().commit().await.unwrap();
+        assert!(store.sync_owed());
+        ch.put(batch(20..30, None)).await.unwrap();
+        assert!(!store.sync_owed());
+        drop(ch);
+        let ch = channel(dir.path(), "deferred", 1000).await;
+        assert_eq!(drain(&ch).await.len(), 15);
+
+        // With `durability: normal` nothing is ever owed.
+        let other = tempfile::tempdir().unwrap();
+        let ch = FileChannel::new("normal", &options(1000, 100), other.path().to_owned());
+        ch.start().await.unwrap();
+        ch.put(batch(0..10, None)).await.unwrap();
+        ch.take(5, Duration::ZERO)
+            .await
+            .unwrap()
+            .commit()
+            .await
+            .unwrap();
+        assert!(!ch.joint_store().unwrap().sync_owed());
     }
 
     #[tokio::test]

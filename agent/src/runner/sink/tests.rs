@@ -21,16 +21,21 @@ fn first_body(events: &[Event]) -> String {
         .unwrap_or_default()
 }
 
-/// A memory channel that notes each take's commit and rollback by its first event.
+/// A memory channel that notes each take's commit and rollback by its first event, and, when
+/// `syncs` is set, each `sync_takes` that has commits to sync, as a file channel defers them.
 struct NotedChannel {
     inner: MemoryChannel,
     log: Log,
     max_open_takes: Option<usize>,
+    syncs: bool,
+    /// Whether a take committed since the last sync.
+    unsynced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct NotedTake {
     inner: Box<dyn TakeTransaction>,
     log: Log,
+    unsynced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[async_trait]
@@ -52,6 +57,7 @@ impl Channel for NotedChannel {
         Ok(Box::new(NotedTake {
             inner: self.inner.take(max, wait).await?,
             log: Arc::clone(&self.log),
+            unsynced: Arc::clone(&self.unsynced),
         }))
     }
     fn transaction_capacity(&self) -> usize {
@@ -59,6 +65,16 @@ impl Channel for NotedChannel {
     }
     fn max_open_takes(&self) -> Option<usize> {
         self.max_open_takes
+    }
+    async fn sync_takes(&self) -> Result<(), ChannelError> {
+        if self.syncs
+            && self
+                .unsynced
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            note(&self.log, "sync".into());
+        }
+        Ok(())
     }
     fn is_durable(&self) -> bool {
         false
@@ -78,6 +94,8 @@ impl TakeTransaction for NotedTake {
     }
     async fn commit(self: Box<Self>) -> Result<(), ChannelError> {
         note(&self.log, format!("commit {}", first_body(self.events())));
+        self.unsynced
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.inner.commit().await
     }
     async fn rollback(self: Box<Self>) -> Result<(), ChannelError> {
@@ -178,6 +196,8 @@ async fn filled_channel(log: &Log, events: usize, max_open_takes: Option<usize>)
         inner,
         log: Arc::clone(log),
         max_open_takes,
+        syncs: false,
+        unsynced: Arc::default(),
     };
     let bodies: Vec<Event> = (0..events)
         .map(|i| Event::from_body(format!("e{i}")))
@@ -592,6 +612,40 @@ async fn keeps_several_batches_in_flight_and_commits_them_in_order() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn takes_committed_before_a_flush_are_synced_before_it_and_before_stopping() {
+    let log = Log::default();
+    let mut channel = filled_channel(&log, 40, None).await;
+    channel.syncs = true;
+    let ctx = SinkContext {
+        name: "runner-test".into(),
+        metrics: ComponentMetrics::new("sink", "runner-test"),
+        state: None,
+    };
+    let drain = Shutdown::new();
+    drain.trigger();
+    SinkRunner::new(
+        ctx,
+        Box::new(pipelined(&log, 2)),
+        Arc::new(channel),
+        10,
+        drain,
+    )
+    .run()
+    .await;
+    assert_eq!(
+        lines(&log),
+        expected(&[
+            // Nothing was committed before the first flush: nothing to sync.
+            "send e0, send e10, flush, commit e0, commit e10",
+            // The sink records only this flush's batches: those before must be durable.
+            "send e20, send e30, sync, flush, commit e20, commit e30",
+            // And the last ones before the runner stops.
+            "sync",
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn flushes_when_the_channel_has_nothing_more_ready() {
     let log = Log::default();
     let metrics = drain_through(pipelined(&log, 4), &log, 60, None).await;
@@ -748,6 +802,9 @@ impl Channel for CrashingChannel {
     }
     fn transaction_capacity(&self) -> usize {
         self.inner.transaction_capacity()
+    }
+    async fn sync_takes(&self) -> Result<(), ChannelError> {
+        self.inner.sync_takes().await
     }
     fn is_durable(&self) -> bool {
         self.inner.is_durable()
